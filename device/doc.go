@@ -1,0 +1,10 @@
+// Package device owns the bridge's view of its boards: one [Session] per
+// board, with a visible lifecycle (connected → initializing → ready →
+// closed, with a reason), and the [Hub] that finds sessions by device id,
+// replaces a session when the same board connects again, routes tool calls,
+// and publishes events (online, tools changed, offline).
+//
+// Transports hand the Hub a [Link] per board once its handshake is done; the
+// session wraps it in an envelope stream and an MCP client. Nothing here
+// knows which transport a board uses, and no transport library is imported.
+package device

@@ -1,0 +1,97 @@
+package device
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// State is where a session is in its lifecycle.
+type State int
+
+// Session states. A board without MCP stays in StateConnected.
+const (
+	StateConnected State = iota
+	StateInitializing
+	StateReady
+	StateClosed
+)
+
+var stateNames = [...]string{"connected", "initializing", "ready", "closed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// MarshalText renders the state by name in JSON and logs.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Info is a snapshot of one session, safe to hand out.
+type Info struct {
+	Identity
+	State State `json:"state"`
+	// CloseReason says why the session ended (empty while open).
+	CloseReason string `json:"close_reason,omitempty"`
+	// InitError says why initialization failed, if it did.
+	InitError string `json:"init_error,omitempty"`
+	// Board and FirmwareVersion come from the board's initialize reply.
+	Board           string           `json:"board,omitempty"`
+	FirmwareVersion string           `json:"firmware_version,omitempty"`
+	Tools           []mcpclient.Tool `json:"-"`
+	ConnectedAt     time.Time        `json:"connected_at"`
+	ReadyAt         time.Time        `json:"ready_at,omitzero"`
+	ClosedAt        time.Time        `json:"closed_at,omitzero"`
+	// Generation increases with every session the Hub creates, so a
+	// subscriber can tell a reconnected board from the one it knew.
+	Generation uint64 `json:"generation"`
+}
+
+// ToolInfo is how the control API shows one tool.
+type ToolInfo struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	UserOnly    bool            `json:"user_only"`
+}
+
+// ToolInfos lists the tools in device order with user-only tools marked.
+func (i Info) ToolInfos() []ToolInfo {
+	out := make([]ToolInfo, 0, len(i.Tools))
+	for _, t := range i.Tools {
+		out = append(out, ToolInfo{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, UserOnly: t.UserOnly()})
+	}
+	return out
+}
+
+// EventType says what changed.
+type EventType int
+
+// Event types. EventResync means the subscriber fell too far behind and
+// must re-read Hub.Devices() instead of relying on the events it missed.
+const (
+	EventOnline EventType = iota
+	EventToolsChanged
+	EventOffline
+	EventResync
+)
+
+var eventNames = [...]string{"online", "tools_changed", "offline", "resync"}
+
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return "unknown"
+}
+
+// Event is one change in the Hub. Info is the session snapshot at the time
+// (zero for EventResync).
+type Event struct {
+	Type     EventType
+	DeviceID string
+	Info     Info
+}

@@ -1,0 +1,59 @@
+package device
+
+import "sync"
+
+// DefaultSubscriptionBuffer is how many events a subscriber may fall behind
+// before its backlog is collapsed into one EventResync.
+const DefaultSubscriptionBuffer = 1024
+
+// Subscription receives the Hub's events in order. It never blocks the Hub:
+// when the backlog exceeds its bound, the backlog is replaced by a single
+// EventResync, after which the subscriber re-reads Hub.Devices(). So a slow
+// subscriber loses detail, never the final state.
+type Subscription struct {
+	hub    *Hub
+	mu     sync.Mutex
+	queue  []Event
+	max    int
+	signal chan struct{}
+	closed bool
+}
+
+// C is signalled whenever events are waiting; call Next to take them.
+func (s *Subscription) C() <-chan struct{} { return s.signal }
+
+// Next takes all waiting events, oldest first.
+func (s *Subscription) Next() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue = nil
+	return q
+}
+
+// Close stops delivery. It is idempotent.
+func (s *Subscription) Close() {
+	s.hub.unsubscribe(s)
+	s.mu.Lock()
+	s.closed = true
+	s.queue = nil
+	s.mu.Unlock()
+}
+
+func (s *Subscription) push(ev Event) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.queue) >= s.max {
+		s.queue = append(s.queue[:0], Event{Type: EventResync})
+	} else {
+		s.queue = append(s.queue, ev)
+	}
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default: // already signalled; the reader will take everything at once
+	}
+}

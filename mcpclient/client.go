@@ -1,0 +1,300 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+	"go.uber.org/zap"
+)
+
+// Defaults for Options. They are generous because a board runs one request at
+// a time and every reply waits behind a running tool.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultCallTimeout    = 30 * time.Second
+	DefaultQueueSize      = 16
+	DefaultMaxPages       = 32
+	DefaultMaxTools       = 512
+)
+
+// DefaultToolTimeouts lists the board tools known to be slow: the camera
+// captures, encodes and uploads before it replies; a screen snapshot uploads
+// too; a firmware upgrade downloads first.
+func DefaultToolTimeouts() map[string]time.Duration {
+	return map[string]time.Duration{
+		"self.camera.take_photo": 60 * time.Second,
+		"self.screen.snapshot":   60 * time.Second,
+		"self.upgrade_firmware":  120 * time.Second,
+	}
+}
+
+// DefaultRestartingTools lists tools after which the board drops its link on
+// purpose (reboot, firmware upgrade): it never replies, so the disconnect is
+// the outcome, reported as success.
+func DefaultRestartingTools() map[string]bool {
+	return map[string]bool{"self.reboot": true, "self.upgrade_firmware": true}
+}
+
+// Vision is the photo-explain endpoint handed to camera boards in initialize.
+type Vision struct {
+	URL   string `json:"url" yaml:"url"`
+	Token string `json:"token,omitempty" yaml:"token"`
+}
+
+// Options configure a Client. Zero values take the defaults above.
+type Options struct {
+	ClientName    string
+	ClientVersion string
+	// Vision, when set, is sent as capabilities.vision in initialize.
+	Vision *Vision
+	// WithUserTools asks the board to list its user-only tools too.
+	WithUserTools bool
+	MaxPages      int
+	MaxTools      int
+	// RequestTimeout bounds initialize and each tools/list page.
+	RequestTimeout time.Duration
+	// CallTimeout bounds tools/call unless ToolTimeouts names the tool.
+	CallTimeout  time.Duration
+	ToolTimeouts map[string]time.Duration
+	// RestartingTools treat a disconnect during the call as success.
+	RestartingTools map[string]bool
+	// QueueSize is how many requests may wait behind the running one.
+	QueueSize int
+	Logger    *zap.Logger
+}
+
+func (o *Options) fill() {
+	if o.ClientName == "" {
+		o.ClientName = "devicebridge"
+	}
+	if o.MaxPages <= 0 {
+		o.MaxPages = DefaultMaxPages
+	}
+	if o.MaxTools <= 0 {
+		o.MaxTools = DefaultMaxTools
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.ToolTimeouts == nil {
+		o.ToolTimeouts = DefaultToolTimeouts()
+	}
+	if o.RestartingTools == nil {
+		o.RestartingTools = DefaultRestartingTools()
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+}
+
+// Client talks MCP to one board over a JSON-RPC object stream.
+type Client struct {
+	conn *jsonrpc2.Conn
+	opts Options
+	log  *zap.Logger
+	// slots admits the running request plus QueueSize waiting ones; turn
+	// lets exactly one request be outstanding on the board.
+	slots chan struct{}
+	turn  chan struct{}
+	ids   atomic.Int32
+}
+
+// New starts a client on stream. The client owns the stream: Close closes it.
+func New(stream jsonrpc2.ObjectStream, opts Options) *Client {
+	opts.fill()
+	c := &Client{
+		opts:  opts,
+		log:   opts.Logger,
+		slots: make(chan struct{}, opts.QueueSize+1),
+		turn:  make(chan struct{}, 1),
+	}
+	// jsonrpc2 logs stray replies (ids the bridge never issued, which some
+	// boards produce) through a std logger; keep that at debug.
+	stdLog, _ := zap.NewStdLogAt(c.log, zap.DebugLevel)
+	c.conn = jsonrpc2.NewConn(context.Background(), stream, ignoreRequests{}, jsonrpc2.SetLogger(stdLog))
+	return c
+}
+
+// ignoreRequests drops requests from the board. Mainline firmware never
+// sends any; answering would only be dropped by the board again.
+type ignoreRequests struct{}
+
+func (ignoreRequests) Handle(context.Context, *jsonrpc2.Conn, *jsonrpc2.Request) {}
+
+// Close ends the JSON-RPC connection; pending requests fail with
+// ErrDisconnected. It is idempotent.
+func (c *Client) Close() error {
+	if err := c.conn.Close(); err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// Done is closed when the connection ends.
+func (c *Client) Done() <-chan struct{} { return c.conn.DisconnectNotify() }
+
+// Initialize sends initialize and returns the board's identity.
+func (c *Client) Initialize(ctx context.Context) (InitializeResult, error) {
+	params := map[string]any{
+		"protocolVersion": ProtocolVersion,
+		"capabilities":    map[string]any{},
+		"clientInfo":      map[string]string{"name": c.opts.ClientName, "version": c.opts.ClientVersion},
+	}
+	if c.opts.Vision != nil && c.opts.Vision.URL != "" {
+		params["capabilities"] = map[string]any{"vision": c.opts.Vision}
+	}
+	var res InitializeResult
+	err := c.request(ctx, "initialize", params, &res, c.opts.RequestTimeout)
+	return res, err
+}
+
+// ListTools pages through tools/list until the board stops returning a
+// cursor, and returns the tools in device order.
+func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
+	var tools []Tool
+	seenCursor := map[string]bool{}
+	seenTool := map[string]bool{}
+	cursor := ""
+	for page := 0; ; page++ {
+		if page >= c.opts.MaxPages {
+			return nil, fmt.Errorf("%w (%d pages)", ErrTooManyPages, c.opts.MaxPages)
+		}
+		var res listToolsResult
+		params := listToolsParams{Cursor: cursor, WithUserTools: c.opts.WithUserTools}
+		if err := c.request(ctx, "tools/list", params, &res, c.opts.RequestTimeout); err != nil {
+			return nil, fmt.Errorf("tools/list page %d: %w", page+1, err)
+		}
+		for _, t := range res.Tools {
+			if t.Name == "" {
+				return nil, fmt.Errorf("%w: tool without a name on page %d", ErrBadReply, page+1)
+			}
+			if seenTool[t.Name] {
+				// An inclusive cursor must never repeat a tool; if a board
+				// does, keep the first copy rather than list it twice.
+				c.log.Warn("device listed a tool twice", zap.String("tool", t.Name), zap.Int("page", page+1))
+				continue
+			}
+			seenTool[t.Name] = true
+			tools = append(tools, t)
+		}
+		if len(tools) > c.opts.MaxTools {
+			return nil, fmt.Errorf("%w (%d tools)", ErrTooManyTools, c.opts.MaxTools)
+		}
+		if res.NextCursor == nil || *res.NextCursor == "" {
+			return tools, nil
+		}
+		next := *res.NextCursor
+		if seenCursor[next] {
+			return nil, fmt.Errorf("%w: cursor %q returned twice", ErrCursorLoop, next)
+		}
+		seenCursor[next] = true
+		cursor = next
+	}
+}
+
+// CallTool runs one tool. args may be nil (no arguments). A board-side
+// failure is a *DeviceError.
+func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage) (*CallResult, error) {
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	timeout := c.opts.CallTimeout
+	if t, ok := c.opts.ToolTimeouts[name]; ok && t > 0 {
+		timeout = t
+	}
+	var res CallResult
+	err := c.request(ctx, "tools/call", callParams{Name: name, Arguments: args}, &res, timeout)
+	if errors.Is(err, ErrDisconnected) && c.opts.RestartingTools[name] {
+		return &CallResult{Content: []Content{{Type: "text",
+			Text: "the device closed its connection, as it does when this tool restarts it"}}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Call sends any other request (for example a liveness probe). The result
+// is returned raw.
+func (c *Client) Call(ctx context.Context, method string, params any, timeout time.Duration) (json.RawMessage, error) {
+	if timeout <= 0 {
+		timeout = c.opts.RequestTimeout
+	}
+	var res json.RawMessage
+	err := c.request(ctx, method, params, &res, timeout)
+	return res, err
+}
+
+// request runs one JSON-RPC request under the one-at-a-time rule.
+func (c *Client) request(ctx context.Context, method string, params, result any, timeout time.Duration) error {
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		return ErrBusy
+	}
+	defer func() { <-c.slots }()
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.conn.DisconnectNotify():
+		return ErrDisconnected
+	}
+	defer func() { <-c.turn }()
+
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	err := c.conn.Call(callCtx, method, params, result, jsonrpc2.PickID(jsonrpc2.ID{Num: c.nextID()}))
+	if err == nil {
+		if ce := c.log.Check(zap.DebugLevel, "device request done"); ce != nil {
+			ce.Write(zap.String("method", method), zap.Duration("took", time.Since(start)))
+		}
+		return nil
+	}
+	var rpcErr *jsonrpc2.Error
+	switch {
+	case errors.As(err, &rpcErr):
+		return &DeviceError{Method: method, Message: rpcErr.Message}
+	case errors.Is(err, jsonrpc2.ErrClosed):
+		return ErrDisconnected
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s after %v: %w", method, timeout, ErrTimeout)
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
+		return fmt.Errorf("%w: %s: %v", ErrBadReply, method, err)
+	}
+	select {
+	case <-c.conn.DisconnectNotify():
+		return ErrDisconnected
+	default:
+	}
+	return fmt.Errorf("%s: %w", method, err)
+}
+
+// nextID returns ids 1..MaxInt32: boards echo ids through a C int cast.
+func (c *Client) nextID() uint64 {
+	for {
+		id := c.ids.Add(1)
+		if id > 0 && id < math.MaxInt32 {
+			return uint64(id)
+		}
+		c.ids.CompareAndSwap(id, 0)
+	}
+}

@@ -1,0 +1,12 @@
+// Package mcpclient is the bridge's MCP client toward one board, written for
+// the firmware's dialect rather than the full MCP spec: integer ids within
+// int32, no ping, no notifications, errors without codes, tools/list pages
+// whose cursor is an inclusive tool name, and a server that runs one request
+// at a time.
+//
+// A Client sends one request at a time (the board would run them serially
+// anyway, and replies queue behind a running tool), through a bounded queue:
+// a full queue fails fast with [ErrBusy]. A request that times out is
+// reported as [ErrTimeout], "outcome unknown", and is never retried: the
+// board may still run it.
+package mcpclient
