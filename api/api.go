@@ -1,0 +1,233 @@
+// Package api is the bridge's control API: a small JSON-over-HTTP view of
+// the device Hub (list boards, inspect one, call one of its tools) plus a
+// health check. It is served on the control listener, loopback by default,
+// because it can drive every board.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// DefaultMaxBodyBytes bounds a call request body.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configure the control API.
+type Options struct {
+	// Tokens, when non-empty, are accepted bearer tokens for /api/*.
+	// /healthz stays open so load balancers can probe it.
+	Tokens       []string
+	MaxBodyBytes int64
+}
+
+// Server serves the control API.
+type Server struct {
+	hub  *device.Hub
+	opts Options
+	log  *zap.Logger
+}
+
+// New creates the control API over hub.
+func New(hub *device.Hub, opts Options, logger *zap.Logger) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &Server{hub: hub, opts: opts, log: logger}
+}
+
+// Register mounts the routes on mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /api/devices", s.auth(http.HandlerFunc(s.listDevices)))
+	mux.Handle("GET /api/devices/{id}", s.auth(http.HandlerFunc(s.getDevice)))
+	mux.Handle("POST /api/devices/{id}/call", s.auth(http.HandlerFunc(s.callTool)))
+}
+
+// DeviceSummary is one row of GET /api/devices.
+type DeviceSummary struct {
+	device.Info
+	ToolCount int `json:"tool_count"`
+}
+
+// DeviceDetail is GET /api/devices/{id}.
+type DeviceDetail struct {
+	device.Info
+	Tools []device.ToolInfo `json:"tools"`
+}
+
+// CallRequest is the body of POST /api/devices/{id}/call.
+type CallRequest struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// ErrorBody is every error response: {"error":{"code":..,"message":..}}.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "devices": len(s.hub.Devices())})
+}
+
+func (s *Server) listDevices(w http.ResponseWriter, _ *http.Request) {
+	infos := s.hub.Devices()
+	out := make([]DeviceSummary, 0, len(infos))
+	for _, i := range infos {
+		out = append(out, DeviceSummary{Info: i, ToolCount: len(i.Tools)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"devices": out})
+}
+
+func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.lookup(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q (GET /api/devices lists them)", r.PathValue("id")))
+		return
+	}
+	info := sess.Info()
+	writeJSON(w, http.StatusOK, DeviceDetail{Info: info, Tools: info.ToolInfos()})
+}
+
+func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes", s.opts.MaxBodyBytes))
+		return
+	}
+	req, err := parseCall(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if sess, ok := s.lookup(id); ok {
+		id = sess.ID()
+	}
+	start := time.Now()
+	res, err := s.hub.CallTool(r.Context(), id, req.Name, req.Arguments)
+	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", time.Since(start)))
+	if err != nil {
+		status, code := classify(err)
+		log.Info("control call failed", zap.Int("status", status), zap.Error(err))
+		writeError(w, status, code, err.Error())
+		return
+	}
+	log.Debug("control call done")
+	writeJSON(w, http.StatusOK, res)
+}
+
+func parseCall(body []byte) (CallRequest, error) {
+	var req CallRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf(`body must be {"name": "<tool>", "arguments": {...}}: %v`, err)
+	}
+	if dec.More() {
+		return req, errors.New("body must hold a single JSON object")
+	}
+	if req.Name == "" {
+		return req, errors.New(`"name" (the device tool to call) is required`)
+	}
+	if a := strings.TrimSpace(string(req.Arguments)); a != "" && a != "null" && a[0] != '{' {
+		return req, errors.New(`"arguments" must be a JSON object`)
+	}
+	if strings.TrimSpace(string(req.Arguments)) == "null" {
+		req.Arguments = nil
+	}
+	return req, nil
+}
+
+// classify maps a call error to an HTTP status and a stable error code.
+func classify(err error) (int, string) {
+	var devErr *mcpclient.DeviceError
+	switch {
+	case errors.Is(err, device.ErrUnknownDevice):
+		return http.StatusNotFound, "unknown_device"
+	case errors.Is(err, device.ErrNotReady):
+		return http.StatusConflict, "device_not_ready"
+	case errors.Is(err, device.ErrNoMCP):
+		return http.StatusConflict, "device_without_mcp"
+	case errors.Is(err, mcpclient.ErrTimeout):
+		return http.StatusGatewayTimeout, "device_timeout"
+	case errors.Is(err, mcpclient.ErrBusy):
+		return http.StatusServiceUnavailable, "device_busy"
+	case errors.As(err, &devErr):
+		return http.StatusBadGateway, "device_error"
+	case errors.Is(err, device.ErrOffline):
+		return http.StatusBadGateway, "device_disconnected"
+	case errors.Is(err, context.Canceled):
+		return 499, "client_closed_request"
+	}
+	return http.StatusBadGateway, "device_failure"
+}
+
+// lookup finds a session by id as given, or with '_' or '-' in place of
+// ':' (MACs are awkward in URLs and topic names use '_').
+func (s *Server) lookup(id string) (*device.Session, bool) {
+	if sess, ok := s.hub.Session(id); ok {
+		return sess, true
+	}
+	alt := strings.NewReplacer("_", ":", "-", ":").Replace(id)
+	if alt != id {
+		return s.hub.Session(strings.ToLower(alt))
+	}
+	return nil, false
+}
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	if len(s.opts.Tokens) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ok := false
+		for _, t := range s.opts.Tokens {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+				ok = true
+			}
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b ErrorBody
+	b.Error.Code, b.Error.Message = code, msg
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, b)
+}

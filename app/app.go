@@ -1,0 +1,192 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/api"
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/ws"
+)
+
+// Version is the bridge version reported to boards and MCP clients.
+var Version = "0.1.0-dev"
+
+// App is one running bridge.
+type App struct {
+	cfg Config
+	log *zap.Logger
+
+	// Hub holds every board's session.
+	Hub *device.Hub
+	WS  *ws.Server
+
+	deviceLn, controlLn   net.Listener
+	deviceSrv, controlSrv *http.Server
+
+	mu       sync.Mutex
+	shutdown []func(context.Context) // run in reverse order of registration
+	wg       sync.WaitGroup          // serve loops and background workers
+	started  bool
+}
+
+// New builds an App; nothing listens until Start.
+func New(cfg Config, logger *zap.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	a := &App{cfg: cfg, log: logger}
+	a.Hub = device.NewHub(cfg.hubConfig(Version), logger.Named("device"))
+	a.WS = ws.NewServer(cfg.WebSocket, a.Hub, logger.Named("ws"))
+	return a, nil
+}
+
+// Config returns the configuration the App runs with.
+func (a *App) Config() Config { return a.cfg }
+
+// Logger returns the App's root logger.
+func (a *App) Logger() *zap.Logger { return a.log }
+
+// DeviceAddr is the bound device listener address (useful with port 0).
+func (a *App) DeviceAddr() net.Addr { return a.deviceLn.Addr() }
+
+// ControlAddr is the bound control listener address.
+func (a *App) ControlAddr() net.Addr { return a.controlLn.Addr() }
+
+// DeviceURL is the WebSocket URL boards on this machine can use.
+func (a *App) DeviceURL() string {
+	return fmt.Sprintf("ws://%s%s", loopbackFor(a.DeviceAddr()), a.WS.Path())
+}
+
+// onShutdown registers f to run during Shutdown, before the Hub closes;
+// functions run in reverse order of registration.
+func (a *App) onShutdown(f func(context.Context)) {
+	a.mu.Lock()
+	a.shutdown = append(a.shutdown, f)
+	a.mu.Unlock()
+}
+
+// goOwned runs f in a goroutine the App waits for on Shutdown.
+func (a *App) goOwned(f func()) {
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); f() }()
+}
+
+// Start binds the listeners and starts serving. ctx bounds start-up and is
+// handed to long-running parts, which stop when it ends or on Shutdown.
+func (a *App) Start(ctx context.Context) error {
+	var err error
+	if a.deviceLn, err = net.Listen("tcp", a.cfg.DeviceListen); err != nil {
+		return fmt.Errorf("device listener: %w", err)
+	}
+	if a.controlLn, err = net.Listen("tcp", a.cfg.ControlListen); err != nil {
+		_ = a.deviceLn.Close()
+		return fmt.Errorf("control listener: %w", err)
+	}
+	deviceMux := http.NewServeMux()
+	deviceMux.Handle(a.WS.Path(), a.WS)
+	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
+
+	controlMux := http.NewServeMux()
+	api.New(a.Hub, api.Options{Tokens: a.cfg.Control.Tokens}, a.log.Named("api")).Register(controlMux)
+	if err := a.startMCP(ctx, controlMux); err != nil {
+		a.closeListeners()
+		return fmt.Errorf("mcp: %w", err)
+	}
+	a.controlSrv = &http.Server{Handler: controlMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
+
+	a.serve(a.deviceSrv, a.deviceLn, "device")
+	a.serve(a.controlSrv, a.controlLn, "control")
+	a.started = true
+	a.log.Info("bridge listening",
+		zap.String("devices", a.DeviceURL()),
+		zap.String("control", "http://"+a.ControlAddr().String()),
+		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0))
+
+	if err := a.startMQTT(ctx); err != nil {
+		a.Shutdown(context.Background())
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	if err := a.startSimulators(ctx); err != nil {
+		a.Shutdown(context.Background())
+		return fmt.Errorf("simulate: %w", err)
+	}
+	return nil
+}
+
+func (a *App) serve(srv *http.Server, ln net.Listener, name string) {
+	a.goOwned(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("listener stopped", zap.String("listener", name), zap.Error(err))
+		}
+	})
+}
+
+func (a *App) closeListeners() {
+	_ = a.deviceLn.Close()
+	_ = a.controlLn.Close()
+}
+
+// Shutdown stops the bridge in order: stop accepting devices and upstream
+// requests (in-flight control requests may finish), run the registered
+// shutdown steps (upstream server, MQTT, simulators), close every device
+// session with a reason, then wait for all goroutines. It is bounded by ctx.
+func (a *App) Shutdown(ctx context.Context) error {
+	var errs []error
+	if a.deviceSrv != nil {
+		errs = append(errs, a.deviceSrv.Shutdown(ctx))
+	}
+	if a.controlSrv != nil {
+		if err := a.controlSrv.Shutdown(ctx); err != nil {
+			_ = a.controlSrv.Close()
+			errs = append(errs, fmt.Errorf("control listener: %w", err))
+		}
+	}
+	a.mu.Lock()
+	steps := a.shutdown
+	a.shutdown = nil
+	a.mu.Unlock()
+	for i := len(steps) - 1; i >= 0; i-- {
+		steps[i](ctx)
+	}
+	errs = append(errs, a.Hub.Close(ctx))
+	a.WS.Close(device.ErrShutdown)
+	a.wg.Wait()
+	a.log.Info("bridge stopped")
+	return errors.Join(errs...)
+}
+
+// Run starts the bridge and serves until ctx ends, then shuts down within
+// the configured timeout.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	a.log.Info("shutting down", zap.Duration("timeout", a.cfg.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	return a.Shutdown(sctx)
+}
+
+// loopbackFor turns a wildcard bind address into one a local client can dial.
+func loopbackFor(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}

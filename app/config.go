@@ -1,0 +1,216 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/ws"
+)
+
+// Config is the whole bridge configuration. configs/bridge.yaml documents
+// every field; flags override the file.
+type Config struct {
+	// DeviceListen is where boards connect over WebSocket.
+	DeviceListen string `yaml:"device_listen"`
+	// ControlListen serves the control API and /mcp. Loopback by default:
+	// whoever reaches it can drive every board.
+	ControlListen string         `yaml:"control_listen"`
+	Log           LogConfig      `yaml:"log"`
+	WebSocket     ws.Config      `yaml:"websocket"`
+	Devices       DevicesConfig  `yaml:"devices"`
+	Control       ControlConfig  `yaml:"control"`
+	Simulate      SimulateConfig `yaml:"simulate"`
+	MQTT          MQTTConfig     `yaml:"mqtt"`
+	MCP           MCPConfig      `yaml:"mcp"`
+	// ShutdownTimeout bounds the ordered shutdown.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// LogConfig selects the zap encoder and level.
+type LogConfig struct {
+	Format string `yaml:"format"` // console or json
+	Level  string `yaml:"level"`  // debug, info, warn, error
+}
+
+// DevicesConfig tunes how the bridge talks MCP to every board.
+type DevicesConfig struct {
+	// WithUserTools lists user-only tools too (they are marked as such).
+	WithUserTools  bool                     `yaml:"with_user_tools"`
+	RequestTimeout time.Duration            `yaml:"request_timeout"`
+	CallTimeout    time.Duration            `yaml:"call_timeout"`
+	ToolTimeouts   map[string]time.Duration `yaml:"tool_timeouts"`
+	InitTimeout    time.Duration            `yaml:"init_timeout"`
+	ReadyWait      time.Duration            `yaml:"ready_wait"`
+	QueueSize      int                      `yaml:"queue_size"`
+	MaxPages       int                      `yaml:"max_pages"`
+	MaxTools       int                      `yaml:"max_tools"`
+	// Vision is handed to camera boards in initialize.
+	Vision *mcpclient.Vision `yaml:"vision"`
+}
+
+// ControlConfig secures the control API.
+type ControlConfig struct {
+	Tokens []string `yaml:"tokens"`
+}
+
+// SimulateConfig starts simulated boards inside the bridge process.
+type SimulateConfig struct {
+	Count   int    `yaml:"count"`
+	Profile string `yaml:"profile"`
+}
+
+// Default returns the configuration used when no file or flag says
+// otherwise: it runs with no config file at all.
+func Default() Config {
+	return Config{
+		DeviceListen:    "0.0.0.0:8000",
+		ControlListen:   "127.0.0.1:8080",
+		Log:             LogConfig{Format: "console", Level: "info"},
+		WebSocket:       ws.Config{}.WithDefaults(),
+		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: mcpclient.DefaultToolTimeouts()},
+		Simulate:        SimulateConfig{Profile: "breadboard"},
+		MQTT:            defaultMQTTConfig(),
+		MCP:             defaultMCPConfig(),
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// LoadFile merges a YAML file into cfg. Unknown keys are errors, so a typo
+// does not silently fall back to a default.
+func LoadFile(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file decodes as io.EOF: nothing to change.
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// Validate reports configuration mistakes in words a user can act on.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DeviceListen == "" {
+		errs = append(errs, errors.New("device_listen must be set (host:port)"))
+	}
+	if c.ControlListen == "" {
+		errs = append(errs, errors.New("control_listen must be set (host:port)"))
+	}
+	switch c.Log.Format {
+	case "console", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log.format %q: use console or json", c.Log.Format))
+	}
+	if err := c.WebSocket.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Simulate.Count < 0 {
+		errs = append(errs, errors.New("simulate.count must not be negative"))
+	}
+	if err := c.MQTT.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.MCP.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// hubConfig derives the device Hub configuration.
+func (c Config) hubConfig(version string) device.HubConfig {
+	d := c.Devices
+	return device.HubConfig{
+		Client: mcpclient.Options{
+			ClientName:     "devicebridge",
+			ClientVersion:  version,
+			Vision:         d.Vision,
+			WithUserTools:  d.WithUserTools,
+			MaxPages:       d.MaxPages,
+			MaxTools:       d.MaxTools,
+			RequestTimeout: d.RequestTimeout,
+			CallTimeout:    d.CallTimeout,
+			ToolTimeouts:   d.ToolTimeouts,
+			QueueSize:      d.QueueSize,
+		},
+		InitTimeout: d.InitTimeout,
+		ReadyWait:   d.ReadyWait,
+	}
+}
+
+// RegisterFlags binds the command-line flags to cfg. Parse the flags after
+// loading the file (see ParseArgs) so that flags override it.
+func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.StringVar(&cfg.DeviceListen, "device-listen", cfg.DeviceListen, "address boards connect to over WebSocket")
+	fs.StringVar(&cfg.ControlListen, "control-listen", cfg.ControlListen, "address of the control API and /mcp (keep it private)")
+	fs.StringVar(&cfg.Log.Format, "log-format", cfg.Log.Format, "log format: console or json")
+	fs.StringVar(&cfg.Log.Level, "log-level", cfg.Log.Level, "log level: debug, info, warn, error")
+	fs.Var(stringList{&cfg.WebSocket.Tokens}, "device-token", "accepted device token (repeatable); none means no device auth")
+	fs.Var(stringList{&cfg.Control.Tokens}, "control-token", "bearer token required on /api (repeatable)")
+	fs.IntVar(&cfg.Simulate.Count, "simulate", cfg.Simulate.Count, "also start N simulated boards in-process")
+	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, robot or a file)")
+	fs.BoolVar(&cfg.Devices.WithUserTools, "with-user-tools", cfg.Devices.WithUserTools, "list boards' user-only tools too")
+	fs.DurationVar(&cfg.Devices.CallTimeout, "call-timeout", cfg.Devices.CallTimeout, "default tools/call timeout (0 = 30s)")
+	registerMQTTFlags(fs, &cfg.MQTT)
+	registerMCPFlags(fs, &cfg.MCP)
+}
+
+// ParseArgs builds the configuration from defaults, an optional --config
+// file and flags, in that order of precedence (flags win).
+func ParseArgs(name string, args []string) (Config, error) {
+	cfg := Default()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var path string
+	fs.StringVar(&path, "config", "", "YAML config file (see configs/bridge.yaml)")
+	RegisterFlags(fs, &cfg)
+	// First pass finds --config; the file then loads over the defaults, and
+	// the second pass re-applies the flags on top of the file.
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if path != "" {
+		cfg = Default()
+		if err := LoadFile(path, &cfg); err != nil {
+			return cfg, err
+		}
+		fs2 := flag.NewFlagSet(name, flag.ContinueOnError)
+		fs2.StringVar(&path, "config", path, "")
+		RegisterFlags(fs2, &cfg)
+		if err := fs2.Parse(args); err != nil {
+			return cfg, err
+		}
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return cfg, cfg.Validate()
+}
+
+// stringList is a repeatable string flag; each use adds to the list the
+// file set.
+type stringList struct{ p *[]string }
+
+func (s stringList) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return strings.Join(*s.p, ",")
+}
+
+func (s stringList) Set(v string) error {
+	*s.p = append(*s.p, v)
+	return nil
+}

@@ -1,0 +1,78 @@
+package ws
+
+import (
+	"errors"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultPath         = "/xiaozhi/v1/"
+	DefaultHelloTimeout = 10 * time.Second
+	// DefaultReadLimit matches the largest frame a board can send (65535).
+	DefaultReadLimit    = 64 << 10
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultPingInterval keeps NAT state alive and finds dead peers well
+	// inside the board's own 120 s inactivity limit.
+	DefaultPingInterval = 30 * time.Second
+	DefaultPongWait     = 15 * time.Second
+	DefaultSendQueue    = 64
+)
+
+// Config configures the device WebSocket endpoint.
+type Config struct {
+	// Path is where boards connect (the websocket.url the OTA hands out).
+	Path string `yaml:"path"`
+	// Tokens, when non-empty, are the accepted bearer tokens; a board
+	// without a valid one gets HTTP 401 before the upgrade.
+	Tokens []string `yaml:"tokens"`
+	// AllowedOrigins lists browser origins allowed to connect. Boards send
+	// no Origin; requests with any other Origin are refused (403).
+	AllowedOrigins []string      `yaml:"allowed_origins"`
+	HelloTimeout   time.Duration `yaml:"hello_timeout"`
+	ReadLimit      int64         `yaml:"read_limit"`
+	WriteTimeout   time.Duration `yaml:"write_timeout"`
+	PingInterval   time.Duration `yaml:"ping_interval"`
+	PongWait       time.Duration `yaml:"pong_wait"`
+	// SendQueue bounds the messages waiting for the writer goroutine.
+	SendQueue int `yaml:"send_queue"`
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if c.HelloTimeout <= 0 {
+		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.ReadLimit <= 0 {
+		c.ReadLimit = DefaultReadLimit
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PongWait <= 0 {
+		c.PongWait = DefaultPongWait
+	}
+	if c.SendQueue <= 0 {
+		c.SendQueue = DefaultSendQueue
+	}
+	return c
+}
+
+// Validate reports configuration mistakes.
+func (c Config) Validate() error {
+	if c.Path != "" && c.Path[0] != '/' {
+		return errors.New("websocket.path must start with /")
+	}
+	for _, t := range c.Tokens {
+		if t == "" {
+			return errors.New("websocket.tokens must not contain an empty token")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,12 @@
+// Package ws is the device-facing WebSocket transport: the /xiaozhi/v1/
+// endpoint real boards connect to. It checks the handshake headers (token,
+// Device-Id) before upgrading, waits for the board's hello and answers with
+// a server hello boards accept, then hands the connection to the device Hub
+// as a device.Link.
+//
+// Each connection has exactly one reader and one writer goroutine, owned by
+// the Server and waited for on Close. Reads are size-limited, writes have
+// deadlines, and pings detect dead peers (boards answer pings, never send
+// them). Binary audio frames and message types the bridge does not use are
+// counted, never fatal.
+package ws

@@ -1,0 +1,249 @@
+package ws
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/envelope"
+)
+
+// TransportName is the device.Identity transport of WebSocket boards.
+const TransportName = "websocket"
+
+// deviceIDPattern accepts MACs as boards send them ("aa:bb:cc:dd:ee:ff")
+// and other plain identifiers, but nothing that could smuggle markup or
+// control characters into logs and URLs.
+var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
+
+// Stats counts what the endpoint saw since it started.
+type Stats struct {
+	Accepted, Unauthorized, BadRequests, HelloFailures, Active int64
+}
+
+// Server is the device WebSocket endpoint; it is an http.Handler.
+type Server struct {
+	cfg      Config
+	hub      *device.Hub
+	log      *zap.Logger
+	upgrader websocket.Upgrader
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // reader and writer goroutines of every conn
+
+	accepted, unauthorized, badRequests, helloFailures atomic.Int64
+}
+
+// NewServer creates the endpoint. cfg is completed with defaults; call
+// cfg.Validate first to report mistakes to the user.
+func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
+	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, hub: hub, log: logger, conns: map[*conn]struct{}{}}
+	s.upgrader = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		CheckOrigin: func(r *http.Request) bool {
+			o := r.Header.Get("Origin")
+			return o == "" || slices.Contains(cfg.AllowedOrigins, o)
+		},
+	}
+	return s
+}
+
+// Path is where the endpoint expects boards.
+func (s *Server) Path() string { return s.cfg.Path }
+
+// Stats returns the endpoint counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	active := int64(len(s.conns))
+	s.mu.Unlock()
+	return Stats{Accepted: s.accepted.Load(), Unauthorized: s.unauthorized.Load(),
+		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active}
+}
+
+// ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	deviceID := r.Header.Get("Device-Id")
+	log := s.log.With(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	if !s.authorized(r.Header.Get("Authorization")) {
+		s.unauthorized.Add(1)
+		log.Warn("rejected device: missing or invalid token")
+		http.Error(w, "missing or invalid token", http.StatusUnauthorized)
+		return
+	}
+	if deviceID == "" || !deviceIDPattern.MatchString(deviceID) {
+		s.badRequests.Add(1)
+		log.Warn("rejected device: missing or invalid Device-Id header")
+		http.Error(w, "missing or invalid Device-Id header", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		http.Error(w, "bridge shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	wsConn, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		s.badRequests.Add(1)
+		log.Warn("websocket upgrade failed", zap.Error(err))
+		return // the upgrader already answered
+	}
+	c := newConn(wsConn, s.cfg, log)
+	if !s.track(c) {
+		c.Close(device.ErrShutdown)
+		_ = wsConn.Close()
+		return
+	}
+	go func() { defer s.wg.Done(); c.readLoop() }()
+	go func() { defer s.wg.Done(); c.writeLoop(); s.untrack(c) }()
+
+	id := device.Identity{
+		DeviceID:   deviceID,
+		ClientID:   r.Header.Get("Client-Id"),
+		Transport:  TransportName,
+		RemoteAddr: r.RemoteAddr,
+	}
+	id.ProtocolVersion, _ = strconv.Atoi(r.Header.Get("Protocol-Version"))
+	hello, err := s.awaitHello(c)
+	if err != nil {
+		s.helloFailures.Add(1)
+		log.Warn("closing device connection: hello exchange failed", zap.Error(err))
+		c.Close(err)
+		return
+	}
+	id.HasMCP = hello.Features.MCP
+	s.accepted.Add(1)
+	if _, err := s.hub.Attach(c, id); err != nil {
+		log.Info("device not attached", zap.Error(err))
+	}
+}
+
+// errNoHello and friends are close reasons of the hello exchange.
+var (
+	errNoHello       = errors.New("no hello from device in time")
+	errNotHelloFirst = errors.New("first message from device was not a hello")
+)
+
+// awaitHello waits for the device hello and answers it. The handler
+// goroutine runs it, so the reader goroutine never blocks on it.
+func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
+	timer := time.NewTimer(s.cfg.HelloTimeout)
+	defer timer.Stop()
+	var msg []byte
+	select {
+	case msg = <-c.inbound:
+	case <-timer.C:
+		return envelope.DeviceHello{}, fmt.Errorf("%w (%v)", errNoHello, s.cfg.HelloTimeout)
+	case <-c.done:
+		return envelope.DeviceHello{}, fmt.Errorf("connection closed before hello: %v", c.Err())
+	}
+	env, err := envelope.Decode(msg, int(s.cfg.ReadLimit))
+	if err != nil {
+		return envelope.DeviceHello{}, fmt.Errorf("%w: %v", errNotHelloFirst, err)
+	}
+	if env.Type != envelope.TypeHello {
+		return envelope.DeviceHello{}, fmt.Errorf("%w (type %q)", errNotHelloFirst, env.Type)
+	}
+	hello, err := envelope.ParseDeviceHello(env)
+	if err != nil {
+		return envelope.DeviceHello{}, err
+	}
+	c.sessionID = newSessionID()
+	audio := envelope.DownlinkAudio
+	reply := envelope.ServerHello{Transport: TransportName, SessionID: c.sessionID, AudioParams: &audio}.Marshal()
+	sendCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+	defer cancel()
+	if err := c.Send(sendCtx, reply); err != nil {
+		return envelope.DeviceHello{}, fmt.Errorf("sending server hello: %w", err)
+	}
+	return hello, nil
+}
+
+// authorized checks the Authorization header against the configured tokens.
+// Boards prefix "Bearer " unless the token already contains a space, in
+// which case it is sent as is.
+func (s *Server) authorized(header string) bool {
+	if len(s.cfg.Tokens) == 0 {
+		return true
+	}
+	got := header
+	if rest, ok := strings.CutPrefix(header, "Bearer "); ok {
+		got = rest
+	}
+	ok := false
+	for _, t := range s.cfg.Tokens {
+		// Compare against both forms without short-circuiting, so the time
+		// taken does not reveal which token nearly matched.
+		if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 ||
+			subtle.ConstantTimeCompare([]byte(header), []byte(t)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(2) // under the lock, so Close never waits on a zero counter being raised
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Close refuses new boards, closes every connection with reason (nil means
+// device.ErrShutdown), and waits for their goroutines. http.Server.Shutdown
+// does not reach hijacked connections, so this must be called too.
+func (s *Server) Close(reason error) {
+	if reason == nil {
+		reason = device.ErrShutdown
+	}
+	s.mu.Lock()
+	s.closed = true
+	list := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		list = append(list, c)
+	}
+	s.mu.Unlock()
+	for _, c := range list {
+		c.Close(reason)
+	}
+	s.wg.Wait()
+}
+
+// newSessionID returns 128 random bits as 32 hex digits.
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
