@@ -208,6 +208,9 @@ func (s *Session) initialize() {
 			return // the board left; finish reports why
 		default:
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("device did not finish initializing within %v: %w", cfg.InitTimeout, err)
+		}
 		s.mu.Lock()
 		s.info.InitError = err.Error()
 		s.mu.Unlock()

@@ -1,0 +1,297 @@
+package device
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/testlink"
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// board is a minimal scripted MCP board on the far end of a testlink.
+type board struct {
+	link  *testlink.Link
+	tools string        // JSON array of tools
+	hold  chan struct{} // when non-nil, tools/call waits on it
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	calls int
+}
+
+// startBoard starts a board; at cleanup its link is closed and its
+// goroutine waited for.
+func startBoard(t *testing.T, tools string) (*board, *testlink.Link) {
+	bridge, end := testlink.Pair(32)
+	b := &board{link: end, tools: tools}
+	b.wg.Add(1)
+	go b.run()
+	t.Cleanup(func() { end.Close(nil); b.wg.Wait() })
+	return b, bridge
+}
+
+func (b *board) run() {
+	defer b.wg.Done()
+	for {
+		msg, err := b.link.Receive(context.Background())
+		if err != nil {
+			return
+		}
+		env, err := envelope.Decode(msg, 0)
+		if err != nil {
+			continue
+		}
+		var r struct {
+			ID     int             `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		_ = json.Unmarshal(env.Payload, &r)
+		var res string
+		switch r.Method {
+		case "initialize":
+			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"test-board","version":"2.4.2"}}`
+		case "tools/list":
+			res = `{"tools":` + b.tools + `}`
+		case "tools/call":
+			b.mu.Lock()
+			b.calls++
+			b.mu.Unlock()
+			if b.hold != nil {
+				<-b.hold
+			}
+			res = `{"content":[{"type":"text","text":"true"}],"isError":false}`
+		default:
+			res = ""
+		}
+		out := fmt.Sprintf(`{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"result":%s}}`, r.ID, res)
+		if res == "" {
+			out = fmt.Sprintf(`{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"error":{"message":"Method not implemented: %s"}}}`, r.ID, r.Method)
+		}
+		_ = b.link.Send(context.Background(), []byte(out))
+	}
+}
+
+const twoTools = `[{"name":"self.get_device_status","description":"d","inputSchema":{"type":"object","properties":{}}},{"name":"self.reboot","description":"r","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}]`
+
+func newHub(t *testing.T) *Hub {
+	t.Helper()
+	h := NewHub(HubConfig{ReadyWait: 2 * time.Second}, nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, h.Close(ctx))
+	})
+	return h
+}
+
+func waitEvents(t *testing.T, sub *Subscription, n int) []Event {
+	t.Helper()
+	var got []Event
+	deadline := time.After(5 * time.Second)
+	for len(got) < n {
+		select {
+		case <-sub.C():
+			got = append(got, sub.Next()...)
+		case <-deadline:
+			t.Fatalf("got %d events, want %d: %+v", len(got), n, got)
+		}
+	}
+	return got
+}
+
+func TestSessionLifecycle(t *testing.T) {
+	h := newHub(t)
+	sub := h.Subscribe()
+	defer sub.Close()
+	_, link := startBoard(t, twoTools)
+
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:01", Transport: "test", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+
+	info := s.Info()
+	assert.Equal(t, StateReady, info.State)
+	assert.Equal(t, "test-board", info.Board)
+	assert.Equal(t, "2.4.2", info.FirmwareVersion)
+	tools := info.ToolInfos()
+	require.Len(t, tools, 2)
+	assert.Equal(t, "self.get_device_status", tools[0].Name)
+	assert.False(t, tools[0].UserOnly)
+	assert.True(t, tools[1].UserOnly)
+
+	ev := waitEvents(t, sub, 1)
+	assert.Equal(t, EventOnline, ev[0].Type)
+
+	res, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:01", "self.get_device_status", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "true", res.Text())
+
+	link.Close(errors.New("unplugged"))
+	ev = waitEvents(t, sub, 1)
+	assert.Equal(t, EventOffline, ev[0].Type)
+	assert.Equal(t, StateClosed, ev[0].Info.State)
+	assert.Equal(t, "unplugged", ev[0].Info.CloseReason)
+	_, ok := h.Session("aa:bb:cc:dd:ee:01")
+	assert.False(t, ok)
+	_, err = h.CallTool(ctx, "aa:bb:cc:dd:ee:01", "x", nil)
+	require.ErrorIs(t, err, ErrUnknownDevice)
+}
+
+func TestReplacementOrdersEvents(t *testing.T) {
+	h := newHub(t)
+	sub := h.Subscribe()
+	defer sub.Close()
+	id := Identity{DeviceID: "aa:bb:cc:dd:ee:02", HasMCP: true}
+	_, l1 := startBoard(t, twoTools)
+	s1, err := h.Attach(l1, id)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s1.WaitReady(ctx))
+	waitEvents(t, sub, 1)
+
+	_, l2 := startBoard(t, twoTools)
+	s2, err := h.Attach(l2, id)
+	require.NoError(t, err)
+	require.NoError(t, s2.WaitReady(ctx))
+	<-s1.Done()
+
+	ev := waitEvents(t, sub, 2)
+	require.Len(t, ev, 2, "the replaced session's own close must not add a second offline")
+	assert.Equal(t, EventOffline, ev[0].Type)
+	assert.Equal(t, ErrReplaced.Error(), ev[0].Info.CloseReason)
+	assert.Equal(t, EventOnline, ev[1].Type)
+	assert.Greater(t, ev[1].Info.Generation, ev[0].Info.Generation)
+	assert.ErrorIs(t, l1.Err(), ErrReplaced)
+
+	cur, ok := h.Session(id.DeviceID)
+	require.True(t, ok)
+	assert.Same(t, s2, cur)
+	require.Len(t, h.Devices(), 1)
+}
+
+func TestDisconnectMidCallFailsFast(t *testing.T) {
+	h := newHub(t)
+	b, link := startBoard(t, twoTools)
+	b.hold = make(chan struct{})
+	defer close(b.hold)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:03", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+
+	errs := make(chan error, 1)
+	go func() {
+		_, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:03", "self.get_device_status", nil)
+		errs <- err
+	}()
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.calls == 1 }, 5*time.Second, 5*time.Millisecond)
+	link.Close(errors.New("wifi lost"))
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, ErrOffline)
+		require.ErrorIs(t, err, mcpclient.ErrDisconnected)
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending call did not fail on disconnect")
+	}
+}
+
+func TestBoardWithoutMCPStaysConnected(t *testing.T) {
+	h := newHub(t)
+	bridge, end := testlink.Pair(4)
+	defer end.Close(nil)
+	s, err := h.Attach(bridge, Identity{DeviceID: "aa:bb:cc:dd:ee:04", HasMCP: false})
+	require.NoError(t, err)
+	assert.Equal(t, StateConnected, s.Info().State)
+	require.ErrorIs(t, s.WaitReady(context.Background()), ErrNoMCP)
+	_, err = h.CallTool(context.Background(), "aa:bb:cc:dd:ee:04", "x", nil)
+	require.ErrorIs(t, err, ErrNoMCP)
+	require.Len(t, h.Devices(), 1)
+}
+
+func TestCallWaitsForInitializingBoardThenNotReady(t *testing.T) {
+	h := NewHub(HubConfig{ReadyWait: 200 * time.Millisecond, InitTimeout: time.Minute}, nil)
+	defer h.Close(context.Background())
+	bridge, end := testlink.Pair(4) // nobody answers: stuck initializing
+	s, err := h.Attach(bridge, Identity{DeviceID: "aa:bb:cc:dd:ee:05", HasMCP: true})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.Info().State == StateInitializing }, 5*time.Second, 5*time.Millisecond)
+	_, err = h.CallTool(context.Background(), "aa:bb:cc:dd:ee:05", "x", nil)
+	require.ErrorIs(t, err, ErrNotReady)
+	assert.Contains(t, err.Error(), "initializing")
+	end.Close(nil)
+}
+
+func TestInitFailureClosesLink(t *testing.T) {
+	h := NewHub(HubConfig{InitTimeout: 100 * time.Millisecond}, nil)
+	defer h.Close(context.Background())
+	bridge, end := testlink.Pair(4)
+	defer end.Close(nil)
+	s, err := h.Attach(bridge, Identity{DeviceID: "aa:bb:cc:dd:ee:06", HasMCP: true})
+	require.NoError(t, err)
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a board that never answers initialize must be dropped")
+	}
+	assert.Contains(t, s.Info().CloseReason, "initialization failed")
+	assert.Contains(t, s.Info().InitError, "did not finish initializing within 100ms")
+}
+
+func TestSubscriptionOverflowResyncs(t *testing.T) {
+	h := NewHub(HubConfig{SubscriptionBuffer: 2}, nil)
+	sub := h.Subscribe()
+	for i := range 5 {
+		h.mu.Lock()
+		h.publishLocked(Event{Type: EventOnline, DeviceID: fmt.Sprint(i)})
+		h.mu.Unlock()
+	}
+	ev := sub.Next()
+	require.Len(t, ev, 1)
+	assert.Equal(t, EventResync, ev[0].Type, "the backlog collapses into one resync")
+	h.mu.Lock()
+	h.publishLocked(Event{Type: EventOffline, DeviceID: "a"})
+	h.publishLocked(Event{Type: EventOnline, DeviceID: "b"})
+	h.publishLocked(Event{Type: EventOnline, DeviceID: "c"})
+	h.mu.Unlock()
+	ev = sub.Next()
+	require.Len(t, ev, 1, "overflow again")
+	h.mu.Lock()
+	h.publishLocked(Event{Type: EventOffline, DeviceID: "d"})
+	h.mu.Unlock()
+	ev = sub.Next()
+	require.Len(t, ev, 1)
+	assert.Equal(t, "d", ev[0].DeviceID, "events within the bound are delivered as they are")
+	sub.Close()
+	h.mu.Lock()
+	h.publishLocked(Event{Type: EventOnline})
+	h.mu.Unlock()
+	assert.Empty(t, sub.Next())
+}
+
+func TestHubCloseClosesSessionsWithReason(t *testing.T) {
+	h := NewHub(HubConfig{}, nil)
+	_, link := startBoard(t, twoTools)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:07", HasMCP: true})
+	require.NoError(t, err)
+	require.NoError(t, h.Close(context.Background()))
+	assert.Equal(t, StateClosed, s.Info().State)
+	assert.Equal(t, ErrShutdown.Error(), s.Info().CloseReason)
+	_, err = h.Attach(link, Identity{DeviceID: "x", HasMCP: true})
+	require.ErrorIs(t, err, ErrHubClosed)
+}

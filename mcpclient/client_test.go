@@ -1,0 +1,369 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/testlink"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// request is what the fake board sees.
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.Number     `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// fakeBoard answers requests with a scripted function. reply returns the
+// raw JSON-RPC payload to send ("" for no reply).
+type fakeBoard struct {
+	t     *testing.T
+	link  *testlink.Link
+	mu    sync.Mutex
+	seen  []request
+	reply func(r request) string
+	wg    sync.WaitGroup
+}
+
+func newClient(t *testing.T, opts Options, reply func(r request) string) (*Client, *fakeBoard) {
+	t.Helper()
+	bridge, board := testlink.Pair(64)
+	fb := &fakeBoard{t: t, link: board, reply: reply}
+	fb.wg.Add(1)
+	go fb.run()
+	c := New(envelope.NewStream(bridge, envelope.StreamOptions{}), opts)
+	t.Cleanup(func() {
+		_ = c.Close()
+		bridge.Close(nil)
+		fb.wg.Wait()
+	})
+	return c, fb
+}
+
+func (fb *fakeBoard) run() {
+	defer fb.wg.Done()
+	for {
+		msg, err := fb.link.Receive(context.Background())
+		if err != nil {
+			return
+		}
+		env, err := envelope.Decode(msg, 0)
+		if err != nil {
+			fb.t.Errorf("bridge sent an undecodable message: %v", err)
+			return
+		}
+		var r request
+		dec := json.NewDecoder(strings.NewReader(string(env.Payload)))
+		dec.UseNumber()
+		if err := dec.Decode(&r); err != nil {
+			fb.t.Errorf("bridge sent bad JSON-RPC: %v", err)
+			return
+		}
+		fb.mu.Lock()
+		fb.seen = append(fb.seen, r)
+		fb.mu.Unlock()
+		if out := fb.reply(r); out != "" {
+			_ = fb.link.Send(context.Background(), []byte(`{"session_id":"","type":"mcp","payload":`+out+`}`))
+		}
+	}
+}
+
+func (fb *fakeBoard) requests() []request {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]request(nil), fb.seen...)
+}
+
+func result(r request, res string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":%s}`, r.ID, res)
+}
+
+func errorReply(r request, msg string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"message":"%s"}}`, r.ID, msg)
+}
+
+func tool(name string) string {
+	return fmt.Sprintf(`{"name":%q,"description":"d","inputSchema":{"type":"object","properties":{}}}`, name)
+}
+
+func TestInitializeSendsIntegerIDsAndVision(t *testing.T) {
+	c, fb := newClient(t, Options{Vision: &Vision{URL: "http://v/explain", Token: "tk"}, ClientVersion: "1.2"}, func(r request) string {
+		return result(r, `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"bread-compact-wifi","version":"2.4.2"}}`)
+	})
+	res, err := c.Initialize(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "bread-compact-wifi", res.ServerInfo.Name)
+	assert.Equal(t, "2.4.2", res.ServerInfo.Version)
+
+	reqs := fb.requests()
+	require.Len(t, reqs, 1)
+	assert.Equal(t, "2.0", reqs[0].JSONRPC)
+	id, err := reqs[0].ID.Int64()
+	require.NoError(t, err, "ids must be integers")
+	assert.Positive(t, id)
+	assert.JSONEq(t, `{"protocolVersion":"2024-11-05","capabilities":{"vision":{"url":"http://v/explain","token":"tk"}},"clientInfo":{"name":"devicebridge","version":"1.2"}}`, string(reqs[0].Params))
+}
+
+// pagedBoard serves tools in pages of size per page with an inclusive
+// tool-name cursor, as the firmware does.
+func pagedBoard(names []string, per int) func(r request) string {
+	return func(r request) string {
+		var p struct {
+			Cursor string `json:"cursor"`
+		}
+		_ = json.Unmarshal(r.Params, &p)
+		start := 0
+		if p.Cursor != "" {
+			start = -1
+			for i, n := range names {
+				if n == p.Cursor {
+					start = i
+				}
+			}
+			if start < 0 {
+				return errorReply(r, "Failed to add tool  because of payload size limit")
+			}
+		}
+		end := min(start+per, len(names))
+		items := make([]string, 0, per)
+		for _, n := range names[start:end] {
+			items = append(items, tool(n))
+		}
+		res := `{"tools":[` + strings.Join(items, ",") + `]`
+		if end < len(names) {
+			res += fmt.Sprintf(`,"nextCursor":%q`, names[end])
+		}
+		return result(r, res+"}")
+	}
+}
+
+func TestListToolsFollowsInclusiveCursor(t *testing.T) {
+	var names []string
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("self.tool_%02d", i))
+	}
+	c, fb := newClient(t, Options{WithUserTools: true}, pagedBoard(names, 4))
+	tools, err := c.ListTools(context.Background())
+	require.NoError(t, err)
+	got := make([]string, 0, len(tools))
+	for _, tl := range tools {
+		got = append(got, tl.Name)
+	}
+	assert.Equal(t, names, got, "tools in device order, none lost or repeated")
+
+	reqs := fb.requests()
+	require.Len(t, reqs, 3)
+	assert.JSONEq(t, `{"withUserTools":true}`, string(reqs[0].Params))
+	assert.JSONEq(t, `{"cursor":"self.tool_04","withUserTools":true}`, string(reqs[1].Params), "withUserTools is re-sent on every page")
+	assert.JSONEq(t, `{"cursor":"self.tool_08","withUserTools":true}`, string(reqs[2].Params))
+}
+
+func TestListToolsOmitsWithUserToolsWhenOff(t *testing.T) {
+	c, fb := newClient(t, Options{}, pagedBoard([]string{"a"}, 4))
+	_, err := c.ListTools(context.Background())
+	require.NoError(t, err)
+	assert.JSONEq(t, `{}`, string(fb.requests()[0].Params))
+}
+
+func TestListToolsLimits(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    Options
+		board   func(r request) string
+		wantErr error
+	}{
+		{name: "cursor loop", board: func(r request) string {
+			return result(r, `{"tools":[`+tool("self.a")+`],"nextCursor":"self.b"}`)
+		}, wantErr: ErrCursorLoop},
+		{name: "cursor alternating between two names", board: func() func(r request) string {
+			n := 0
+			return func(r request) string {
+				n++
+				return result(r, fmt.Sprintf(`{"tools":[],"nextCursor":"c%d"}`, n%2))
+			}
+		}(), wantErr: ErrCursorLoop},
+		{name: "page cap", opts: Options{MaxPages: 3}, board: func() func(r request) string {
+			n := 0
+			return func(r request) string {
+				n++
+				return result(r, fmt.Sprintf(`{"tools":[%s],"nextCursor":"c%d"}`, tool(fmt.Sprint("t", n)), n))
+			}
+		}(), wantErr: ErrTooManyPages},
+		{name: "tool cap", opts: Options{MaxTools: 5}, board: pagedBoard([]string{"a", "b", "c", "d", "e", "f", "g"}, 3), wantErr: ErrTooManyTools},
+		{name: "nameless tool", board: func(r request) string {
+			return result(r, `{"tools":[{"description":"x"}]}`)
+		}, wantErr: ErrBadReply},
+		{name: "unknown cursor error", board: func(r request) string {
+			if strings.Contains(string(r.Params), "cursor") {
+				return errorReply(r, "Failed to add tool  because of payload size limit")
+			}
+			return result(r, `{"tools":[`+tool("a")+`],"nextCursor":"gone"}`)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newClient(t, tt.opts, tt.board)
+			_, err := c.ListTools(context.Background())
+			require.Error(t, err)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+			} else {
+				var de *DeviceError
+				require.ErrorAs(t, err, &de)
+				assert.Equal(t, "Failed to add tool  because of payload size limit", de.Message)
+			}
+		})
+	}
+}
+
+func TestCallToolErrorsAndTimeouts(t *testing.T) {
+	release := make(chan struct{})
+	c, _ := newClient(t, Options{CallTimeout: 200 * time.Millisecond, ToolTimeouts: map[string]time.Duration{"slow.but.allowed": 5 * time.Second}}, func(r request) string {
+		var p callParams
+		_ = json.Unmarshal(r.Params, &p)
+		switch p.Name {
+		case "ok":
+			return result(r, `{"content":[{"type":"text","text":"true"}],"isError":false}`)
+		case "fails":
+			return errorReply(r, "Missing valid argument: volume")
+		case "never":
+			return ""
+		case "slow.but.allowed":
+			<-release
+			return result(r, `{"content":[{"type":"text","text":"done"}],"isError":false}`)
+		}
+		return errorReply(r, "Unknown tool: "+p.Name)
+	})
+	ctx := context.Background()
+
+	res, err := c.CallTool(ctx, "ok", json.RawMessage(`{"volume":5}`))
+	require.NoError(t, err)
+	assert.Equal(t, "true", res.Text())
+
+	_, err = c.CallTool(ctx, "fails", nil)
+	var de *DeviceError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, "Missing valid argument: volume", de.Message)
+
+	_, err = c.CallTool(ctx, "never", nil)
+	require.ErrorIs(t, err, ErrTimeout)
+	assert.Contains(t, err.Error(), "outcome unknown")
+
+	// The client stays usable after a timeout.
+	_, err = c.CallTool(ctx, "ok", nil)
+	require.NoError(t, err)
+
+	// A per-tool override outlives the default timeout.
+	go func() { time.Sleep(400 * time.Millisecond); close(release) }() // the board "works" for a while
+	res, err = c.CallTool(ctx, "slow.but.allowed", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "done", res.Text())
+}
+
+func TestBusyQueueFailsFast(t *testing.T) {
+	block := make(chan struct{})
+	started := make(chan struct{}, 8)
+	c, _ := newClient(t, Options{QueueSize: 1}, func(r request) string {
+		started <- struct{}{}
+		<-block
+		return result(r, `{"content":[],"isError":false}`)
+	})
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() { _, err := c.CallTool(ctx, "a", nil); errs <- err }()
+	<-started // one running on the board
+	go func() { _, err := c.CallTool(ctx, "b", nil); errs <- err }()
+	// Wait until the second call holds the single queue slot.
+	require.Eventually(t, func() bool { return len(c.slots) == 2 }, 5*time.Second, 5*time.Millisecond)
+	_, err := c.CallTool(ctx, "c", nil)
+	require.ErrorIs(t, err, ErrBusy)
+	close(block)
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+}
+
+func TestOneRequestAtATime(t *testing.T) {
+	var mu sync.Mutex
+	inFlight, maxInFlight := 0, 0
+	c, _ := newClient(t, Options{}, func(r request) string {
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		inFlight--
+		mu.Unlock()
+		return result(r, `{"content":[],"isError":false}`)
+	})
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = c.CallTool(context.Background(), "x", nil) }()
+	}
+	wg.Wait()
+	assert.Equal(t, 1, maxInFlight)
+}
+
+func TestDisconnectFailsPendingAtOnce(t *testing.T) {
+	got := make(chan struct{})
+	bridge, board := testlink.Pair(8)
+	c := New(envelope.NewStream(bridge, envelope.StreamOptions{}), Options{CallTimeout: time.Minute})
+	defer c.Close()
+	go func() {
+		_, _ = board.Receive(context.Background())
+		close(got)
+	}()
+	errs := make(chan error, 2)
+	go func() { _, err := c.CallTool(context.Background(), "self.audio_speaker.set_volume", nil); errs <- err }()
+	go func() {
+		<-got
+		_, err := c.CallTool(context.Background(), "queued", nil) // waits behind the first
+		errs <- err
+	}()
+	<-got
+	start := time.Now()
+	board.Close(fmt.Errorf("board unplugged"))
+	require.ErrorIs(t, <-errs, ErrDisconnected)
+	require.ErrorIs(t, <-errs, ErrDisconnected)
+	assert.Less(t, time.Since(start), 5*time.Second, "pending calls fail at once, not at their timeout")
+}
+
+func TestRestartingToolDisconnectIsTheOutcome(t *testing.T) {
+	bridge, board := testlink.Pair(8)
+	c := New(envelope.NewStream(bridge, envelope.StreamOptions{}), Options{})
+	defer c.Close()
+	go func() {
+		_, _ = board.Receive(context.Background())
+		board.Close(fmt.Errorf("rebooting"))
+	}()
+	res, err := c.CallTool(context.Background(), "self.reboot", nil)
+	require.NoError(t, err)
+	assert.Contains(t, res.Text(), "closed its connection")
+}
+
+func TestUserOnly(t *testing.T) {
+	assert.True(t, Tool{Annotations: json.RawMessage(`{"audience":["user"]}`)}.UserOnly())
+	assert.False(t, Tool{Annotations: json.RawMessage(`{"audience":["user","assistant"]}`)}.UserOnly())
+	assert.False(t, Tool{}.UserOnly())
+	assert.False(t, Tool{Annotations: json.RawMessage(`{"audience":"user"}`)}.UserOnly())
+}
+
+func TestIDsStayWithinInt32(t *testing.T) {
+	c := &Client{}
+	c.ids.Store(1<<31 - 3)
+	a, b, d := c.nextID(), c.nextID(), c.nextID()
+	assert.EqualValues(t, 1<<31-2, a)
+	assert.EqualValues(t, 1, b, "wraps before reaching MaxInt32")
+	assert.EqualValues(t, 2, d)
+}
