@@ -34,7 +34,9 @@ type App struct {
 	mu       sync.Mutex
 	shutdown []func(context.Context) // run in reverse order of registration
 	wg       sync.WaitGroup          // serve loops and background workers
-	started  bool
+	// stopSimulators ends in-process boards; it runs after the Hub closed,
+	// so their sessions end with the bridge's reason, not theirs.
+	stopSimulators context.CancelFunc
 }
 
 // New builds an App; nothing listens until Start.
@@ -107,7 +109,6 @@ func (a *App) Start(ctx context.Context) error {
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")
-	a.started = true
 	a.log.Info("bridge listening",
 		zap.String("devices", a.DeviceURL()),
 		zap.String("control", "http://"+a.ControlAddr().String()),
@@ -161,6 +162,12 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	errs = append(errs, a.Hub.Close(ctx))
 	a.WS.Close(device.ErrShutdown)
+	a.mu.Lock()
+	stopSims := a.stopSimulators
+	a.mu.Unlock()
+	if stopSims != nil {
+		stopSims()
+	}
 	a.wg.Wait()
 	a.log.Info("bridge stopped")
 	return errors.Join(errs...)

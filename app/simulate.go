@@ -1,12 +1,46 @@
 package app
 
-import "context"
+import (
+	"context"
+	"fmt"
 
-// startSimulators starts cfg.Simulate.Count in-process boards against the
-// bridge's own device listener.
-func (a *App) startSimulators(ctx context.Context) error {
-	if a.cfg.Simulate.Count == 0 {
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// startSimulators starts cfg.Simulate.Count boards in-process. They are
+// ordinary clients of the bridge's own device listener: they speak the real
+// WebSocket protocol over loopback, exactly as hardware would.
+func (a *App) startSimulators(_ context.Context) error {
+	n := a.cfg.Simulate.Count
+	if n == 0 {
 		return nil
 	}
-	return nil // wired once the simulator library lands
+	profile, err := simulator.LoadProfile(a.cfg.Simulate.Profile)
+	if err != nil {
+		return err
+	}
+	var token string
+	if len(a.cfg.WebSocket.Tokens) > 0 {
+		token = a.cfg.WebSocket.Tokens[0]
+	}
+	fleet, err := simulator.NewFleet(simulator.FleetConfig{
+		URL:       a.DeviceURL(),
+		Profile:   profile,
+		Count:     n,
+		Token:     token,
+		Reconnect: true,
+		Logger:    a.log.Named("simulator").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+	})
+	if err != nil {
+		return fmt.Errorf("simulated boards: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.mu.Lock()
+	a.stopSimulators = cancel
+	a.mu.Unlock()
+	a.goOwned(func() { _ = fleet.Run(ctx) })
+	a.log.Info("started simulated boards", zap.Int("count", n), zap.String("profile", profile.Name))
+	return nil
 }
