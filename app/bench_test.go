@@ -1,0 +1,80 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/devicebridge/devicebridge/app"
+)
+
+// BenchmarkCallPath measures one tool call round trip to a simulated board
+// over loopback WebSocket, two ways in the same run:
+//
+//   - hub: the device layer alone (hub.CallTool → envelope → WebSocket →
+//     board → back), the baseline;
+//   - control_api: the same call through POST /api/devices/{id}/call.
+//
+// Compare the two as a ratio; absolute figures depend on the machine.
+//
+//	go test -run '^$' -bench BenchmarkCallPath -benchtime 2000x ./app/
+func BenchmarkCallPath(b *testing.B) {
+	cfg := app.Default()
+	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Simulate.Count = 1
+	a, err := app.New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	}()
+	const id = "02:00:00:00:00:01"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if s, ok := a.Hub.Session(id); ok && s.Info().State.String() == "ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("simulated board never became ready")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a readiness condition, not timing
+	}
+	args := json.RawMessage(`{"volume":40}`)
+	const tool = "self.audio_speaker.set_volume"
+
+	b.Run("hub", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.Hub.CallTool(context.Background(), id, tool, args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("control_api", func(b *testing.B) {
+		b.ReportAllocs()
+		url := "http://" + a.ControlAddr().String() + "/api/devices/" + id + "/call"
+		body := []byte(`{"name":"` + tool + `","arguments":{"volume":40}}`)
+		for b.Loop() {
+			resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+		http.DefaultClient.CloseIdleConnections()
+	})
+}
