@@ -34,6 +34,9 @@ var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
 // Stats counts what the endpoint saw since it started.
 type Stats struct {
 	Accepted, Unauthorized, BadRequests, HelloFailures, Active int64
+	// TextIn, BinaryIn and TextOut count messages on connections that have
+	// closed; binary frames are board audio, accepted and not played.
+	TextIn, BinaryIn, TextOut int64
 }
 
 // Server is the device WebSocket endpoint; it is an http.Handler.
@@ -49,6 +52,7 @@ type Server struct {
 	wg     sync.WaitGroup // reader and writer goroutines of every conn
 
 	accepted, unauthorized, badRequests, helloFailures atomic.Int64
+	textIn, binaryIn, textOut                          atomic.Int64
 }
 
 // NewServer creates the endpoint. cfg is completed with defaults; call
@@ -78,7 +82,8 @@ func (s *Server) Stats() Stats {
 	active := int64(len(s.conns))
 	s.mu.Unlock()
 	return Stats{Accepted: s.accepted.Load(), Unauthorized: s.unauthorized.Load(),
-		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active}
+		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active,
+		TextIn: s.textIn.Load(), BinaryIn: s.binaryIn.Load(), TextOut: s.textOut.Load()}
 }
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
@@ -219,6 +224,13 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.textIn.Add(c.textIn.Load())
+	s.binaryIn.Add(c.binaryIn.Load())
+	s.textOut.Add(c.textOut.Load())
+	if ce := c.log.Check(zap.DebugLevel, "websocket closed"); ce != nil {
+		ce.Write(zap.NamedError("reason", c.Err()), zap.Int64("text_in", c.textIn.Load()),
+			zap.Int64("binary_in", c.binaryIn.Load()), zap.Int64("text_out", c.textOut.Load()))
+	}
 }
 
 // Close refuses new boards, closes every connection with reason (nil means

@@ -329,4 +329,8 @@ func TestBadFramesAreNotFatal(t *testing.T) {
 	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"type":"mcp","payload":{"x":"`+strings.Repeat("a", 70<<10)+`"}}`)))
 	<-s.Done()
 	assert.Contains(t, s.Info().CloseReason, "size limit")
+	require.Eventually(t, func() bool { return b.srv.Stats().Active == 0 }, 5*time.Second, 5*time.Millisecond)
+	st := b.srv.Stats()
+	assert.EqualValues(t, 1, st.BinaryIn, "audio frames are counted")
+	assert.EqualValues(t, 4, st.TextIn, "hello plus three other messages")
 }
