@@ -31,7 +31,11 @@ type App struct {
 	deviceLn, controlLn   net.Listener
 	deviceSrv, controlSrv *http.Server
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// drain steps run first in Shutdown, before the listeners drain: they
+	// end long-lived streams (MCP SSE) that would otherwise hold a drain up
+	// for its whole timeout.
+	drain    []func()
 	shutdown []func(context.Context) // run in reverse order of registration
 	wg       sync.WaitGroup          // serve loops and background workers
 	// stopSimulators ends in-process boards; it runs after the Hub closed,
@@ -75,6 +79,13 @@ func (a *App) DeviceURL() string {
 func (a *App) onShutdown(f func(context.Context)) {
 	a.mu.Lock()
 	a.shutdown = append(a.shutdown, f)
+	a.mu.Unlock()
+}
+
+// onDrain registers f to run at the very start of Shutdown.
+func (a *App) onDrain(f func()) {
+	a.mu.Lock()
+	a.drain = append(a.drain, f)
 	a.mu.Unlock()
 }
 
@@ -138,12 +149,20 @@ func (a *App) closeListeners() {
 	_ = a.controlLn.Close()
 }
 
-// Shutdown stops the bridge in order: stop accepting devices and upstream
-// requests (in-flight control requests may finish), run the registered
+// Shutdown stops the bridge in order: end long-lived upstream streams, stop
+// accepting devices and upstream requests (in-flight control requests may
+// finish), run the registered
 // shutdown steps (upstream server, MQTT, simulators), close every device
 // session with a reason, then wait for all goroutines. It is bounded by ctx.
 func (a *App) Shutdown(ctx context.Context) error {
 	var errs []error
+	a.mu.Lock()
+	drain := a.drain
+	a.drain = nil
+	a.mu.Unlock()
+	for _, f := range drain {
+		f()
+	}
 	if a.deviceSrv != nil {
 		errs = append(errs, a.deviceSrv.Shutdown(ctx))
 	}

@@ -1,0 +1,228 @@
+package tools_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+const slowTool = "self.lamp.turn_on"
+
+// slowBridge has one breadboard whose lamp takes a while to switch on, and
+// sends progress heartbeats every 50ms.
+func slowBridge(t *testing.T, delay time.Duration) (*bridge, *simulator.Board) {
+	b := startBridge(t, func(c *app.Config) { c.MCP.ProgressInterval = 50 * time.Millisecond })
+	board := b.board(macA, "breadboard", simulator.Config{ToolDelay: map[string]time.Duration{slowTool: delay}})
+	return b, board
+}
+
+// cancelledOutcome reports whether the bridge logged the slow call as
+// cancelled.
+func (b *bridge) cancelledOutcome() bool {
+	for _, e := range b.logs.FilterMessage("tool call").All() {
+		f := e.ContextMap()
+		if f["tool"] == slowTool && f["outcome"] == "cancelled" && f["device_id"] == macA {
+			return true
+		}
+	}
+	return false
+}
+
+// progressRecorder collects progress notifications.
+type progressRecorder struct {
+	mu     sync.Mutex
+	events []*mcp.ProgressNotificationParams
+	first  chan struct{}
+	once   sync.Once
+}
+
+func newProgressRecorder() *progressRecorder { return &progressRecorder{first: make(chan struct{})} }
+
+func (p *progressRecorder) handle(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	p.events = append(p.events, req.Params)
+	p.mu.Unlock()
+	p.once.Do(func() { close(p.first) })
+}
+
+func (p *progressRecorder) all() []*mcp.ProgressNotificationParams {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*mcp.ProgressNotificationParams(nil), p.events...)
+}
+
+// TestProgressHeartbeats: a call that waits for its board sends progress
+// notifications when the client gave a progress token, and none without.
+func TestProgressHeartbeats(t *testing.T) {
+	b, _ := slowBridge(t, 400*time.Millisecond)
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			rec := newProgressRecorder()
+			cs := b.client(era, &mcp.ClientOptions{ProgressNotificationHandler: rec.handle})
+
+			res := callTool(t, cs, upstreamName(macA, slowTool), nil)
+			require.False(t, res.IsError)
+			assert.Empty(t, rec.all(), "no token, no heartbeats")
+
+			params := &mcp.CallToolParams{Name: upstreamName(macA, slowTool)}
+			params.SetProgressToken("lamp-" + era)
+			ctx, cancel := withTimeout(10 * time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, params)
+			require.NoError(t, err)
+			require.False(t, res.IsError, text(res))
+
+			// Notifications are handled asynchronously by the client.
+			eventually(t, 5*time.Second, func() bool { return len(rec.all()) >= 2 }, "heartbeats every 50ms during a 400ms call")
+			events := rec.all()
+			for i, ev := range events {
+				assert.Equal(t, "lamp-"+era, ev.ProgressToken)
+				assert.Contains(t, ev.Message, `still waiting for board "dev_000001" to finish self.lamp.turn_on`)
+				if i > 0 {
+					assert.Greater(t, ev.Progress, events[i-1].Progress, "progress increases")
+				}
+			}
+		})
+	}
+}
+
+// TestCancelStopsWaiting: cancelling a slow call (notifications/cancelled
+// in the legacy era, closing the stream in the modern one) returns at once
+// on the client and stops the bridge waiting for the board; the board
+// stays usable.
+func TestCancelStopsWaiting(t *testing.T) {
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			b, board := slowBridge(t, 2*time.Second)
+			rec := newProgressRecorder()
+			cs := b.client(era, &mcp.ClientOptions{ProgressNotificationHandler: rec.handle})
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			params := &mcp.CallToolParams{Name: upstreamName(macA, slowTool)}
+			params.SetProgressToken("slow")
+			errc := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, params)
+				errc <- err
+			}()
+			select {
+			case <-rec.first: // the call is running on the board
+			case <-time.After(5 * time.Second):
+				t.Fatal("no progress from the slow call")
+			}
+			start := time.Now()
+			cancel()
+			select {
+			case err := <-errc:
+				require.True(t, errors.Is(err, context.Canceled), "got %v", err)
+			case <-time.After(time.Second):
+				t.Fatal("the cancelled call did not return")
+			}
+			eventually(t, time.Second, b.cancelledOutcome, "the bridge did not stop waiting for the board")
+			require.Less(t, time.Since(start), time.Second, "stopped well before the board finished")
+
+			// The board finishes its work and takes the next call.
+			res := callTool(t, cs, upstreamName(macA, "self.lamp.get_state"), nil)
+			require.False(t, res.IsError, text(res))
+			assert.Equal(t, uint64(2), board.Stats().CallsRun)
+		})
+	}
+}
+
+// TestCancelledCallGetsNoResult (legacy, on the wire): after
+// notifications/cancelled the call's stream ends without a response, and a
+// resumed stream does not replay one either; other calls are unaffected.
+func TestCancelledCallGetsNoResult(t *testing.T) {
+	b, _ := slowBridge(t, 2*time.Second)
+	sid := b.rawSession(legacy)
+	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy}
+
+	// A normal call: its result arrives.
+	resp := b.do(b.rawRequest("POST", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"`+
+		upstreamName(macA, "self.lamp.get_state")+`"}}`, hdr))
+	msg := rawMessage(t, resp)
+	require.Contains(t, msg, "result")
+
+	// The slow call, read as a live stream.
+	req := b.rawRequest("POST", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+
+		upstreamName(macA, slowTool)+`","_meta":{"progressToken":"p7"}}}`, hdr)
+	ctx, cancel := withTimeout(10 * time.Second)
+	defer cancel()
+	resp, err := b.http.Do(req.WithContext(ctx))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	events := make(chan sseEvent, 64)
+	done := make(chan struct{})
+	go func() { defer close(done); readSSE(resp.Body, events) }()
+	defer func() { cancel(); <-done }()
+
+	var lastID string
+	for sawProgress := false; !sawProgress; {
+		ev, ok := nextEvent(t, events, 5*time.Second)
+		require.True(t, ok, "stream ended early")
+		if ev.ID != "" {
+			lastID = ev.ID
+		}
+		sawProgress = strings.Contains(ev.Data, "notifications/progress")
+	}
+	require.NotEmpty(t, lastID, "legacy streams carry event ids (resumable)")
+
+	status, _, _ := b.rawStatus("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user stop"}}`, hdr)
+	require.Equal(t, http.StatusAccepted, status)
+
+	// The stream ends; no event is the response to 7.
+	for {
+		ev, ok := nextEvent(t, events, 5*time.Second)
+		if !ok {
+			break
+		}
+		require.False(t, isResponseTo(ev, 7), "late result sent: %s", ev.Data)
+		if ev.ID != "" {
+			lastID = ev.ID
+		}
+	}
+	eventually(t, time.Second, b.cancelledOutcome, "the bridge did not log the cancellation")
+
+	// Resuming the stream replays nothing of the response either.
+	resume := b.rawRequest("GET", "", map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy,
+		"Last-Event-ID": streamStart(lastID)})
+	resume.Header.Set("Accept", "text/event-stream")
+	rresp := b.do(resume)
+	defer rresp.Body.Close()
+	require.Equal(t, http.StatusOK, rresp.StatusCode)
+	replayed := make(chan sseEvent, 64)
+	readSSE(rresp.Body, replayed)
+	for ev := range replayed {
+		require.False(t, isResponseTo(ev, 7), "late result replayed: %s", ev.Data)
+	}
+
+	// The session is still fine.
+	resp = b.do(b.rawRequest("POST", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"`+
+		upstreamName(macA, "self.lamp.get_state")+`"}}`, hdr))
+	msg = rawMessage(t, resp)
+	require.Contains(t, msg, "result")
+	data, _ := json.Marshal(msg)
+	require.Contains(t, string(data), "power")
+}
+
+// streamStart turns an event id "<stream>_<n>" into the id of the stream's
+// first event, so that a resumption replays everything after it.
+func streamStart(id string) string {
+	stream, _, _ := strings.Cut(id, "_")
+	return fmt.Sprintf("%s_0", stream)
+}

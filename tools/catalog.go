@@ -1,0 +1,210 @@
+package tools
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// entry is one board tool as published upstream.
+type entry struct {
+	name     string // upstream name
+	deviceID string
+	alias    string
+	board    string
+	tool     mcpclient.Tool
+	userOnly bool
+	schema   *argSchema
+	// schemaErr says why the board's schema was not understood (nil when
+	// it was).
+	schemaErr error
+	mcpTool   *mcp.Tool
+	// fingerprint changes whenever what a client sees of the tool changes.
+	fingerprint string
+}
+
+// deviceView is one board as the catalogue shows it.
+type deviceView struct {
+	info  device.Info
+	alias string
+	// tools are the visible tools in the board's order.
+	tools []*entry
+	// hidden counts user-only tools left out by the configuration.
+	hidden int
+	// stale is set while a reconnected board re-initializes and the
+	// catalogue keeps showing the tools it had.
+	stale bool
+}
+
+// catalog is an immutable snapshot of the upstream view of the fleet.
+type catalog struct {
+	devices  []*deviceView // sorted by device id, as the Hub lists them
+	byDevice map[string]*deviceView
+	byName   map[string]*entry
+}
+
+func emptyCatalog() *catalog {
+	return &catalog{byDevice: map[string]*deviceView{}, byName: map[string]*entry{}}
+}
+
+// catalogOptions are the parts of Options the catalogue depends on.
+type catalogOptions struct {
+	aliases      map[string]string // normalized device id → alias
+	showUserOnly bool
+}
+
+// buildCatalog computes the upstream view from the Hub's devices. Boards
+// that are ready contribute their tools; a board that is re-initializing
+// after a reconnect keeps the tools in remembered meanwhile, so that a
+// short reconnect does not make its tools flicker.
+func buildCatalog(infos []device.Info, remembered map[string][]mcpclient.Tool, opts catalogOptions) *catalog {
+	c := emptyCatalog()
+	var naming []namingDevice
+	toolsOf := make(map[string][]mcpclient.Tool, len(infos))
+	for _, info := range infos {
+		v := &deviceView{info: info}
+		c.devices = append(c.devices, v)
+		c.byDevice[info.DeviceID] = v
+		var list []mcpclient.Tool
+		switch {
+		case info.State == device.StateReady:
+			list = info.Tools
+		case info.State != device.StateClosed && info.HasMCP && remembered[info.DeviceID] != nil:
+			list, v.stale = remembered[info.DeviceID], true
+		}
+		var visible []mcpclient.Tool
+		for _, t := range list {
+			if t.UserOnly() && !opts.showUserOnly {
+				v.hidden++
+				continue
+			}
+			visible = append(visible, t)
+		}
+		toolsOf[info.DeviceID] = visible
+		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases[NormalizeDeviceID(info.DeviceID)]}
+		for _, t := range visible {
+			nd.Tools = append(nd.Tools, t.Name)
+		}
+		naming = append(naming, nd)
+	}
+	names := assignNames(naming)
+	for _, v := range c.devices {
+		id := v.info.DeviceID
+		v.alias = names.Aliases[id]
+		seen := map[string]bool{}
+		for _, t := range toolsOf[id] {
+			if seen[t.Name] {
+				continue // a board listing a tool twice: keep the first
+			}
+			seen[t.Name] = true
+			e := newEntry(names.Names[toolRef{id, t.Name}], v, t)
+			v.tools = append(v.tools, e)
+			c.byName[e.name] = e
+		}
+	}
+	return c
+}
+
+func newEntry(name string, v *deviceView, t mcpclient.Tool) *entry {
+	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly()}
+	e.schema, e.schemaErr = parseSchema(t.InputSchema)
+	e.mcpTool = &mcp.Tool{
+		Name:        name,
+		Title:       fmt.Sprintf("%s on %s", strings.TrimPrefix(t.Name, "self."), v.alias),
+		Description: toolDescription(v, t),
+		InputSchema: e.schema.published,
+	}
+	if e.userOnly {
+		// The board marks it as the user's; hosts that show tools to people
+		// can tell from the description, and the model is told to wait for
+		// an explicit request.
+		e.mcpTool.Meta = mcp.Meta{"devicebridge/audience": []string{"user"}}
+	}
+	fp, _ := json.Marshal(e.mcpTool)
+	e.fingerprint = string(fp)
+	return e
+}
+
+// boardLabel names a board for people and models: its alias, board type
+// and MAC.
+func boardLabel(v *deviceView) string {
+	board := v.info.Board
+	if board == "" {
+		board = "board"
+	}
+	return fmt.Sprintf("%q (%s, %s)", v.alias, board, v.info.DeviceID)
+}
+
+func toolDescription(v *deviceView, t mcpclient.Tool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Acts on board %s through its tool %s.", boardLabel(v), t.Name)
+	if d := strings.TrimSpace(t.Description); d != "" {
+		b.WriteString(" ")
+		b.WriteString(d)
+	}
+	if t.UserOnly() {
+		b.WriteString(" [User-only tool: the board reserves it for people; call it only when the user explicitly asks for it.]")
+	}
+	return b.String()
+}
+
+// diff lists what changed between two catalogues: names to remove and
+// entries to add or replace.
+func diff(old, cur *catalog) (removed []string, added []*entry) {
+	for name := range old.byName {
+		if _, ok := cur.byName[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	for name, e := range cur.byName {
+		if o, ok := old.byName[name]; !ok || o.fingerprint != e.fingerprint || o.deviceID != e.deviceID || o.tool.Name != e.tool.Name {
+			added = append(added, e)
+		}
+	}
+	return removed, added
+}
+
+// findDevice resolves what a user or model calls a board: its device id
+// (MAC in any case or separator style), or its alias (ignoring case).
+func (c *catalog) findDevice(ref string) (*deviceView, []*deviceView) {
+	ref = strings.TrimSpace(ref)
+	if v, ok := c.byDevice[NormalizeDeviceID(ref)]; ok {
+		return v, nil
+	}
+	if v, ok := c.byDevice[ref]; ok {
+		return v, nil
+	}
+	var matches []*deviceView
+	for _, v := range c.devices {
+		if strings.EqualFold(v.alias, ref) {
+			matches = append(matches, v)
+		}
+	}
+	if len(matches) == 1 {
+		return matches[0], nil
+	}
+	return nil, matches
+}
+
+// findTool resolves a board tool by the board's own name
+// ("self.audio_speaker.set_volume"), the name without "self.", the
+// underscored form ("audio_speaker_set_volume") or the upstream name.
+func (v *deviceView) findTool(ref string) *entry {
+	ref = strings.TrimSpace(ref)
+	for _, e := range v.tools {
+		if e.tool.Name == ref || e.name == ref {
+			return e
+		}
+	}
+	for _, e := range v.tools {
+		if strings.TrimPrefix(e.tool.Name, "self.") == ref || toolPart(e.tool.Name) == toolPart(ref) {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,479 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+)
+
+const (
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerSessionID       = "Mcp-Session-Id"
+	// modernVersion is the first protocol version of the stateless era.
+	modernVersion = "2026-07-28"
+	metaVersion   = "io.modelcontextprotocol/protocolVersion"
+)
+
+// frontHandler is /mcp: the security checks, then the route to one of two
+// go-sdk handlers over the same server. Requests of the modern era
+// (MCP-Protocol-Version ≥ 2026-07-28, or any server/discover) go to a
+// stateless handler; everything else (initialize, session requests, GET
+// streams, DELETE) to a stateful handler with an event store for
+// resumable streams. Answering discover statelessly means a client probing
+// for the modern era never sees a list of legacy versions only.
+type frontHandler struct {
+	s         *Server
+	stateful  http.Handler
+	stateless http.Handler
+	origins   []originRule
+	tokens    [][]byte
+	limiter   *rateLimiter
+	tracker   *sessionTracker
+}
+
+func newFrontHandler(s *Server) *frontHandler {
+	h := &frontHandler{s: s, tracker: newSessionTracker()}
+	for _, o := range s.opts.AllowedOrigins {
+		r, _ := parseOriginRule(o) // validated by New
+		h.origins = append(h.origins, r)
+	}
+	for _, t := range s.opts.Tokens {
+		h.tokens = append(h.tokens, []byte(t))
+	}
+	if s.opts.RateLimit > 0 {
+		h.limiter = newRateLimiter(s.opts.RateLimit, s.opts.RateBurst)
+	}
+	store := mcp.NewMemoryEventStore(nil)
+	store.SetMaxBytes(s.opts.EventStoreBytes)
+	sdkLog := slog.New(newSlogHandler(s.log.Named("http")))
+	getServer := func(*http.Request) *mcp.Server { return s.mcp }
+	timeout := s.opts.SessionTimeout
+	if timeout < 0 {
+		timeout = 0
+	}
+	h.stateful = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		EventStore:          &trackingStore{EventStore: store, h: h},
+		SessionTimeout:      timeout,
+		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
+		Logger:              sdkLog,
+	})
+	h.stateless = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Stateless: true,
+		// In the modern era closing the response stream is the
+		// cancellation: stop waiting for the board when it happens.
+		PropagateRequestCancellation: true,
+		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
+		Logger:                       sdkLog,
+	})
+	if len(h.tokens) > 0 {
+		// Bind sessions to the token that opened them, so one token's
+		// holder cannot use another's session id.
+		bearer := auth.RequireBearerToken(h.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		h.stateful = bearer(h.stateful)
+		h.stateless = bearer(h.stateless)
+	}
+	return h
+}
+
+func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := h.s.log
+	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
+		log.Info("mcp request refused: origin not allowed", zap.String("origin", origin), zap.String("remote", r.RemoteAddr))
+		http.Error(w, fmt.Sprintf("Forbidden: Origin %q is not allowed (see mcp.allowed_origins)", origin), http.StatusForbidden)
+		return
+	}
+	token, authorized := h.authorize(r)
+	if !authorized {
+		log.Info("mcp request refused: missing or wrong bearer token", zap.String("remote", r.RemoteAddr))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
+		http.Error(w, "Unauthorized: send Authorization: Bearer <token> (see mcp.tokens)", http.StatusUnauthorized)
+		return
+	}
+
+	sid := r.Header.Get(headerSessionID)
+	known := sid != "" && h.tracker.known(sid)
+	if h.limiter != nil {
+		key := "s:" + sid
+		if !known {
+			key = "c:" + clientKey(r, token)
+		}
+		if ok, wait := h.limiter.allow(key, time.Now()); !ok {
+			log.Info("mcp request refused: rate limit", zap.String("remote", r.RemoteAddr), zap.Bool("session", known))
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+			http.Error(w, "Too Many Requests: slow down (see mcp.rate_limit)", http.StatusTooManyRequests)
+			return
+		}
+	}
+
+	var info bodyInfo
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.s.opts.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				log.Info("mcp request refused: body too large", zap.String("remote", r.RemoteAddr), zap.Int64("limit", tooBig.Limit))
+				writeRejection(w, http.StatusRequestEntityTooLarge, leadingID(body), -32600,
+					fmt.Sprintf("request body exceeds %d bytes (see mcp.max_body_bytes); send less data", tooBig.Limit))
+				return
+			}
+			http.Error(w, "Bad Request: could not read the body", http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		info = classify(body)
+	}
+
+	// Bind the request to the server's lifetime, so that Close ends
+	// hanging streams.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(h.s.ctx, cancel)
+	defer stop()
+	r = r.WithContext(ctx)
+
+	if isModern(r, info) {
+		h.stateless.ServeHTTP(w, r)
+		return
+	}
+	if known && r.Method == http.MethodPost {
+		h.tracker.started(sid, info.calls)
+		h.tracker.cancelled(sid, info.cancels)
+	}
+	h.stateful.ServeHTTP(&legacyWriter{ResponseWriter: w, h: h, sid: sid}, r)
+}
+
+// isModern reports whether a request belongs to the stateless era.
+func isModern(r *http.Request, info bodyInfo) bool {
+	if v := r.Header.Get(headerProtocolVersion); v != "" && v >= modernVersion {
+		return true
+	}
+	return info.discover || (r.Header.Get(headerProtocolVersion) == "" && info.modernMeta)
+}
+
+// bodyInfo is what the front handler needs to know about a POST body.
+type bodyInfo struct {
+	calls      []string // ids of tools/call requests
+	cancels    []string // request ids named by notifications/cancelled
+	discover   bool
+	modernMeta bool
+}
+
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// classify reads the JSON-RPC message or batch in a body. A body it cannot
+// parse is left to the go-sdk to reject.
+func classify(body []byte) bodyInfo {
+	var info bodyInfo
+	body = bytes.TrimSpace(body)
+	var msgs []rpcMessage
+	if len(body) > 0 && body[0] == '[' {
+		if json.Unmarshal(body, &msgs) != nil {
+			return info
+		}
+	} else {
+		var m rpcMessage
+		if json.Unmarshal(body, &m) != nil {
+			return info
+		}
+		msgs = []rpcMessage{m}
+	}
+	for _, m := range msgs {
+		switch m.Method {
+		case "tools/call":
+			if k := idKey(m.ID); k != "" {
+				info.calls = append(info.calls, k)
+			}
+		case "notifications/cancelled":
+			var p struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil {
+				if k := idKey(p.RequestID); k != "" {
+					info.cancels = append(info.cancels, k)
+				}
+			}
+		case "server/discover":
+			info.discover = true
+		}
+		if bytes.Contains(m.Params, []byte(metaVersion)) {
+			var p struct {
+				Meta map[string]any `json:"_meta"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil {
+				if v, _ := p.Meta[metaVersion].(string); v >= modernVersion {
+					info.modernMeta = true
+				}
+			}
+		}
+	}
+	return info
+}
+
+// idKey normalizes a JSON-RPC id so that 7, 7.0 and "7" compare as the
+// JSON-RPC layer does (numbers by value, strings as strings).
+func idKey(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return ""
+		}
+		return "s:" + s
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return ""
+	}
+	return "n:" + strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// authorize checks the bearer token when tokens are configured. It returns
+// the token (for rate-limit keys) and whether the request may proceed.
+func (h *frontHandler) authorize(r *http.Request) (string, bool) {
+	if len(h.tokens) == 0 {
+		return "", true
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	if h.tokenIndex(token) < 0 {
+		return "", false
+	}
+	return token, true
+}
+
+// tokenIndex compares in constant time against every configured token.
+func (h *frontHandler) tokenIndex(token string) int {
+	found := -1
+	for i, t := range h.tokens {
+		if subtle.ConstantTimeCompare(t, []byte(token)) == 1 {
+			found = i
+		}
+	}
+	return found
+}
+
+func (h *frontHandler) verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	i := h.tokenIndex(token)
+	if i < 0 {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: "token-" + shortHash(token)}, nil
+}
+
+// clientKey identifies a client outside a session: its address and, with
+// tokens, which token it holds.
+func clientKey(r *http.Request, token string) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if token != "" {
+		return host + "|" + shortHash(token)
+	}
+	return host
+}
+
+// legacyWriter sits between the stateful go-sdk handler and the client. It
+// learns the session ids the handler issues and withholds the result of a
+// call the client cancelled (the go-sdk would still send one).
+type legacyWriter struct {
+	http.ResponseWriter
+	h           *frontHandler
+	sid         string
+	wroteHeader bool
+}
+
+func (w *legacyWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		if issued := w.Header().Get(headerSessionID); issued != "" && w.sid == "" && code < 300 {
+			w.h.tracker.add(issued)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *legacyWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.sid != "" && w.h.tracker.dropWritten(w.sid, p) {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps SSE events flowing through the wrapper.
+func (w *legacyWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (w *legacyWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// trackingStore is the stateful handler's event store. It stores the
+// result of a cancelled call as an empty event (replay skips those, and
+// event indices stay aligned), and forgets a session's bookkeeping when
+// the session ends.
+type trackingStore struct {
+	mcp.EventStore
+	h *frontHandler
+}
+
+func (s *trackingStore) Append(ctx context.Context, sessionID, streamID string, data []byte) error {
+	if s.h.tracker.dropStored(sessionID, data) {
+		data = nil
+	}
+	return s.EventStore.Append(ctx, sessionID, streamID, data)
+}
+
+func (s *trackingStore) SessionClosed(ctx context.Context, sessionID string) error {
+	s.h.tracker.closed(sessionID)
+	if s.h.limiter != nil {
+		s.h.limiter.forget("s:" + sessionID)
+	}
+	return s.EventStore.SessionClosed(ctx, sessionID)
+}
+
+// originRule is one entry of the Origin allowlist.
+type originRule struct {
+	any          bool
+	scheme, host string
+	port         string // "*" matches any port
+}
+
+func parseOriginRule(s string) (originRule, error) {
+	s = strings.TrimSpace(s)
+	if s == "*" {
+		return originRule{any: true}, nil
+	}
+	if s == "null" {
+		return originRule{scheme: "null"}, nil
+	}
+	wildcard := strings.HasSuffix(s, ":*")
+	if wildcard {
+		s = strings.TrimSuffix(s, ":*")
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return originRule{}, fmt.Errorf("%q is not an origin: use scheme://host[:port], scheme://host:* or *", s)
+	}
+	r := originRule{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname()), port: u.Port()}
+	if wildcard {
+		if r.port != "" {
+			return originRule{}, fmt.Errorf("%q: give either a port or :*", s)
+		}
+		r.port = "*"
+	} else if r.port == "" {
+		r.port = defaultPort(r.scheme)
+	}
+	return r, nil
+}
+
+func defaultPort(scheme string) string {
+	switch scheme {
+	case "http", "ws":
+		return "80"
+	case "https", "wss":
+		return "443"
+	}
+	return ""
+}
+
+func (h *frontHandler) originAllowed(origin string) bool {
+	var scheme, host, port string
+	if origin == "null" {
+		scheme = "null"
+	} else {
+		u, err := url.Parse(origin)
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return false
+		}
+		scheme, host, port = strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+		if port == "" {
+			port = defaultPort(scheme)
+		}
+	}
+	for _, r := range h.origins {
+		if r.any {
+			return true
+		}
+		if r.scheme == scheme && r.host == host && (r.port == "*" || r.port == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeRejection refuses a request with an HTTP status and, when the
+// request's id is known, a JSON-RPC error for that id: clients then fail
+// the one call instead of treating the session as broken.
+func writeRejection(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	if len(id) == 0 {
+		http.Error(w, http.StatusText(status)+": "+msg, status)
+		return
+	}
+	body, _ := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{code, msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// leadingID finds the id of a (possibly truncated) JSON-RPC request by
+// reading its top-level keys until "id" appears.
+func leadingID(body []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if key, _ := tok.(string); key == "id" {
+			if k := idKey(v); k != "" {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// Outcomes of a call, as logged in the "outcome" field.
+const (
+	outcomeOK          = "ok"
+	outcomeToolError   = "tool_error"   // the board answered with isError
+	outcomeDeviceError = "device_error" // the board refused the call
+	outcomeInvalidArgs = "invalid_arguments"
+	outcomeOffline     = "offline"
+	outcomeLeft        = "disconnected_mid_call"
+	outcomeNotReady    = "not_ready"
+	outcomeNoMCP       = "no_mcp"
+	outcomeBusy        = "busy"
+	outcomeTimeout     = "timeout"
+	outcomeCancelled   = "cancelled"
+	outcomeFailed      = "failed"
+)
+
+// errorResult is a tool result the model can read and act on.
+func errorResult(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// invalidArgsResult explains what is wrong with the arguments and how to
+// fix them. Nothing reached the board.
+func invalidArgsResult(e *entry, v *validation) *mcp.CallToolResult {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Invalid arguments for %s; nothing was sent to the board.\n", e.tool.Name)
+	for _, p := range v.problems {
+		b.WriteString("- ")
+		b.WriteString(p.msg)
+		b.WriteString(".\n")
+	}
+	fmt.Fprintf(&b, "This tool takes %s.\n", e.schema.argList())
+	fmt.Fprintf(&b, "Call it again with arguments like %s.", v.fixed)
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}
+}
+
+// callFailure turns an error from the Hub into a tool result and its log
+// outcome. The messages tell apart the cases that matter to whoever
+// retries: the call never reached the board (offline, busy, still starting)
+// versus it may have run (timeout, board left mid-call).
+func callFailure(e *entry, label string, err error, took time.Duration) (*mcp.CallToolResult, string) {
+	tool := e.tool.Name
+	var devErr *mcpclient.DeviceError
+	switch {
+	case errors.As(err, &devErr):
+		return errorResult("Board %s refused %s: %s", label, tool, devErr.Message), outcomeDeviceError
+	case errors.Is(err, device.ErrUnknownDevice):
+		return offlineResult(label, tool), outcomeOffline
+	case errors.Is(err, device.ErrOffline):
+		return errorResult("Board %s disconnected while running %s, before it replied. The outcome is unknown: "+
+			"the action may or may not have happened. When the board is back, check its state (for example with its "+
+			"get_device_status tool) before trying again.", label, tool), outcomeLeft
+	case errors.Is(err, device.ErrNotReady):
+		return errorResult("Board %s is connected but still starting up, so %s was not run. Try again in a few seconds.",
+			label, tool), outcomeNotReady
+	case errors.Is(err, device.ErrNoMCP):
+		return errorResult("Board %s does not offer tools (its firmware announced no MCP support), so %s cannot run.",
+			label, tool), outcomeNoMCP
+	case errors.Is(err, mcpclient.ErrBusy):
+		return errorResult("Board %s is busy: it runs one tool at a time and too many requests are already waiting. "+
+			"%s was not sent. Wait a moment and try again, one call at a time.", label, tool), outcomeBusy
+	case errors.Is(err, mcpclient.ErrTimeout):
+		return errorResult("Board %s did not answer %s within %s. The outcome is unknown: the board may still carry it out. "+
+			"Check the board's state before repeating the call rather than retrying blindly.",
+			label, tool, roundDuration(took)), outcomeTimeout
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errorResult("The call to %s on board %s was cancelled before the board replied; the outcome is unknown.",
+			tool, label), outcomeCancelled
+	}
+	return errorResult("Calling %s on board %s failed: %v", tool, label, err), outcomeFailed
+}
+
+func offlineResult(label, tool string) *mcp.CallToolResult {
+	return errorResult("Board %s is offline: it is not connected to the bridge, so %s was not run. "+
+		"Its tools are withdrawn until it reconnects; refresh the tool list and try again once it is back "+
+		"(ask the user to check that the board is powered and on the network).", label, tool)
+}
+
+// convertResult turns a board's tool result into an MCP result. Text stays
+// text; text that is a JSON object is also given as structuredContent. The
+// firmware's non-standard image item (a JSON string nested under "image")
+// becomes a standard image content.
+func convertResult(res *mcpclient.CallResult) *mcp.CallToolResult {
+	out := &mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{}}
+	var texts []string
+	for _, c := range res.Content {
+		switch c.Type {
+		case "text":
+			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
+			texts = append(texts, c.Text)
+		case "image", "audio":
+			data, mime := c.Data, c.MimeType
+			if data == "" && c.Image != "" {
+				var nested struct {
+					MimeType string `json:"mimeType"`
+					Data     string `json:"data"`
+				}
+				if json.Unmarshal([]byte(c.Image), &nested) == nil {
+					data, mime = nested.Data, nested.MimeType
+				}
+			}
+			raw, err := base64.StdEncoding.DecodeString(data)
+			if err != nil || mime == "" {
+				out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("[the board returned %s content the bridge could not decode]", c.Type)})
+				continue
+			}
+			if c.Type == "audio" {
+				out.Content = append(out.Content, &mcp.AudioContent{Data: raw, MIMEType: mime})
+			} else {
+				out.Content = append(out.Content, &mcp.ImageContent{Data: raw, MIMEType: mime})
+			}
+		default:
+			out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("[the board returned content of type %q, which the bridge does not relay]", c.Type)})
+		}
+	}
+	if len(texts) == 1 && !res.IsError {
+		if obj := jsonObject(texts[0]); obj != nil {
+			out.StructuredContent = obj
+		}
+	}
+	return out
+}
+
+// jsonObject returns s as raw JSON if it is a JSON object, else nil.
+func jsonObject(s string) json.RawMessage {
+	t := bytes.TrimSpace([]byte(s))
+	if len(t) < 2 || t[0] != '{' || !json.Valid(t) {
+		return nil
+	}
+	return json.RawMessage(t)
+}
+
+// roundDuration renders a wait for people: 300ms, 2.5s, 30s.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(10 * time.Millisecond)
+}

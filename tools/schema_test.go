@@ -1,0 +1,186 @@
+package tools
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Schemas exactly as the firmware renders them (firmware-protocol.md §7.7,
+// §8).
+const (
+	volumeSchema   = `{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`
+	themeSchema    = `{"type":"object","properties":{"theme":{"type":"string"}},"required":["theme"]}`
+	snapshotSchema = `{"type":"object","properties":{"url":{"type":"string"},"quality":{"type":"integer","default":80,"minimum":1,"maximum":100}},"required":["url"]}`
+	noArgsSchema   = `{"type":"object","properties":{}}`
+	enableSchema   = `{"type":"object","properties":{"enable":{"type":"boolean"}},"required":["enable"]}`
+	walkSchema     = `{"type":"object","properties":{"steps":{"type":"integer","default":3,"minimum":1,"maximum":100},"direction":{"type":"integer","default":1,"minimum":-1,"maximum":1}}}`
+	unrangedSchema = `{"type":"object","properties":{"count":{"type":"integer"}},"required":["count"]}`
+	upgradeSchema  = `{"type":"object","properties":{"url":{"type":"string","default":"The URL of the firmware binary file to download and install"}}}`
+)
+
+func mustSchema(t *testing.T, raw string) *argSchema {
+	t.Helper()
+	s, err := parseSchema(json.RawMessage(raw))
+	require.NoError(t, err)
+	require.False(t, s.unchecked)
+	return s
+}
+
+func TestParseSchemaKeepsTheBoardsSchema(t *testing.T) {
+	for _, raw := range []string{volumeSchema, themeSchema, snapshotSchema, noArgsSchema, walkSchema, upgradeSchema} {
+		s := mustSchema(t, raw)
+		assert.JSONEq(t, raw, string(s.published), "published upstream unchanged")
+	}
+	s := mustSchema(t, snapshotSchema)
+	require.Len(t, s.props, 2)
+	assert.Equal(t, "url", s.props[0].name, "declaration order is kept")
+	assert.True(t, s.props[0].required)
+	assert.False(t, s.props[1].required)
+	assert.Equal(t, "an integer from 1 to 100", s.props[1].describes)
+}
+
+func TestParseSchemaRepairs(t *testing.T) {
+	s, err := parseSchema(nil)
+	require.NoError(t, err)
+	assert.JSONEq(t, noArgsSchema, string(s.published))
+
+	s, err = parseSchema(json.RawMessage(`{"properties":{"x":{"type":"string"}}}`))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type":"object","properties":{"x":{"type":"string"}}}`, string(s.published))
+
+	for _, bad := range []string{`[]`, `{"type":"string"}`, `{"type":"object","properties":[]}`, `{"type":"object","required":"x"}`} {
+		s, err = parseSchema(json.RawMessage(bad))
+		require.Error(t, err, bad)
+		assert.True(t, s.unchecked)
+		assert.JSONEq(t, noArgsSchema, string(s.published))
+		fwd, v := s.validate(json.RawMessage(`{"anything":1}`))
+		assert.Nil(t, v, "unchecked schemas pass object arguments through")
+		assert.JSONEq(t, `{"anything":1}`, string(fwd))
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		schema   string
+		args     string
+		problems []string // substrings, one per problem, in order
+		fixed    string
+	}{
+		// Integers with a range.
+		{name: "integer in range", schema: volumeSchema, args: `{"volume":40}`},
+		{name: "integer at the bounds", schema: volumeSchema, args: `{"volume":100}`},
+		{name: "integer written as 40.0", schema: volumeSchema, args: `{"volume":40.0}`},
+		{name: "integer missing", schema: volumeSchema, args: `{}`,
+			problems: []string{`missing required argument "volume" (an integer from 0 to 100)`}, fixed: `{"volume": 50}`},
+		{name: "no arguments at all", schema: volumeSchema, args: ``,
+			problems: []string{`missing required argument "volume"`}, fixed: `{"volume": 50}`},
+		{name: "integer as a string", schema: volumeSchema, args: `{"volume":"40"}`,
+			problems: []string{`argument "volume" must be an integer from 0 to 100, but got the string "40"`}, fixed: `{"volume": 40}`},
+		{name: "integer as a word", schema: volumeSchema, args: `{"volume":"loud"}`,
+			problems: []string{`argument "volume" must be an integer from 0 to 100, but got the string "loud"`}, fixed: `{"volume": 50}`},
+		{name: "integer with a fraction", schema: volumeSchema, args: `{"volume":50.7}`,
+			problems: []string{`argument "volume" must be a whole number (an integer from 0 to 100), but got 50.7; the board would cut it to 50`},
+			fixed:    `{"volume": 51}`},
+		{name: "integer below the minimum", schema: volumeSchema, args: `{"volume":-5}`,
+			problems: []string{`argument "volume" is -5, below the minimum of 0 (an integer from 0 to 100)`}, fixed: `{"volume": 0}`},
+		{name: "integer above the maximum", schema: volumeSchema, args: `{"volume":101}`,
+			problems: []string{`argument "volume" is 101, above the maximum of 100`}, fixed: `{"volume": 100}`},
+		{name: "integer as a boolean", schema: volumeSchema, args: `{"volume":true}`,
+			problems: []string{`must be an integer from 0 to 100, but got the boolean true`}, fixed: `{"volume": 50}`},
+		{name: "integer null", schema: volumeSchema, args: `{"volume":null}`,
+			problems: []string{`must be an integer from 0 to 100, but got null`}, fixed: `{"volume": 50}`},
+		{name: "integer beyond a C int", schema: unrangedSchema, args: `{"count":3000000000}`,
+			problems: []string{`argument "count" is 3000000000, above the maximum of 2147483647`}, fixed: `{"count": 2147483647}`},
+		{name: "negative range", schema: walkSchema, args: `{"direction":-2}`,
+			problems: []string{`argument "direction" is -2, below the minimum of -1`}, fixed: `{"direction": -1}`},
+		// Defaults: optional, but a wrong type is still an error (the
+		// board would silently use the default instead).
+		{name: "defaults may be left out", schema: walkSchema, args: `{}`},
+		{name: "default with a wrong type", schema: walkSchema, args: `{"steps":"five"}`,
+			problems: []string{`argument "steps" must be an integer from 1 to 100, but got the string "five"`}, fixed: `{}`},
+		{name: "string default", schema: upgradeSchema, args: `{}`},
+		// Strings.
+		{name: "string", schema: themeSchema, args: `{"theme":"dark"}`},
+		{name: "empty string is a string", schema: themeSchema, args: `{"theme":""}`},
+		{name: "string as a number", schema: themeSchema, args: `{"theme":5}`,
+			problems: []string{`argument "theme" must be a string, but got the number 5`}, fixed: `{"theme": "5"}`},
+		{name: "string as an object", schema: themeSchema, args: `{"theme":{"name":"dark"}}`,
+			problems: []string{`must be a string, but got an object {"name":"dark"}`}, fixed: `{"theme": "..."}`},
+		{name: "string missing", schema: themeSchema, args: `{}`,
+			problems: []string{`missing required argument "theme" (a string)`}, fixed: `{"theme": "..."}`},
+		// Booleans.
+		{name: "boolean", schema: enableSchema, args: `{"enable":false}`},
+		{name: "boolean as a string", schema: enableSchema, args: `{"enable":"true"}`,
+			problems: []string{`argument "enable" must be a boolean, but got the string "true"`}, fixed: `{"enable": true}`},
+		{name: "boolean as 0", schema: enableSchema, args: `{"enable":0}`,
+			problems: []string{`argument "enable" must be a boolean, but got the number 0`}, fixed: `{"enable": false}`},
+		// Unknown and malformed arguments.
+		{name: "unknown argument in another case", schema: volumeSchema, args: `{"Volume":40}`,
+			problems: []string{`unknown argument "Volume" (did you mean "volume"?)`, `missing required argument "volume"`},
+			fixed:    `{"volume": 50}`},
+		{name: "misspelled argument", schema: volumeSchema, args: `{"volum":40}`,
+			problems: []string{`unknown argument "volum" (did you mean "volume"?)`, `missing required argument "volume"`}},
+		{name: "extra argument", schema: volumeSchema, args: `{"volume":40,"fade":true}`,
+			problems: []string{`unknown argument "fade"; this tool takes "volume" (an integer from 0 to 100, required)`}, fixed: `{"volume": 40}`},
+		{name: "argument to a tool without arguments", schema: noArgsSchema, args: `{"x":1}`,
+			problems: []string{`unknown argument "x"; this tool takes no arguments`}, fixed: `{}`},
+		{name: "no arguments for a tool without arguments", schema: noArgsSchema, args: `null`},
+		{name: "arguments not an object", schema: volumeSchema, args: `[40]`,
+			problems: []string{`arguments must be a JSON object of named values, got a list [40]`}, fixed: `{"volume": 50}`},
+		{name: "argument given twice", schema: volumeSchema, args: `{"volume":1,"volume":2}`,
+			problems: []string{`an argument is given twice ("volume")`}},
+		{name: "several problems at once", schema: snapshotSchema, args: `{"quality":0,"colour":true}`,
+			problems: []string{`unknown argument "colour"`, `missing required argument "url"`, `argument "quality" is 0, below the minimum of 1`},
+			fixed:    `{"url": "...", "quality": 1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustSchema(t, tc.schema)
+			fwd, v := s.validate(json.RawMessage(tc.args))
+			if len(tc.problems) == 0 {
+				require.Nil(t, v, "unexpected problems: %+v", v)
+				want := tc.args
+				if strings.TrimSpace(want) == "" || want == "null" {
+					want = "{}"
+				}
+				assert.JSONEq(t, want, string(fwd), "the arguments are forwarded as given")
+				return
+			}
+			require.NotNil(t, v, "expected problems")
+			assert.Nil(t, fwd)
+			require.Len(t, v.problems, len(tc.problems), "%+v", v.problems)
+			for i, want := range tc.problems {
+				assert.Contains(t, v.problems[i].msg, want)
+			}
+			if tc.fixed != "" {
+				assert.Equal(t, tc.fixed, v.fixed)
+				var probe map[string]any
+				require.NoError(t, json.Unmarshal([]byte(v.fixed), &probe), "the suggestion is JSON")
+				_, again := s.validate(json.RawMessage(v.fixed))
+				if tc.fixed != `{"theme": "..."}` && tc.fixed != `{"url": "...", "quality": 1}` {
+					assert.Nil(t, again, "the suggested arguments pass")
+				}
+			}
+		})
+	}
+}
+
+func TestInvalidArgsResultText(t *testing.T) {
+	e := &entry{name: "dev_ddeeff_audio_speaker_set_volume", schema: mustSchema(t, volumeSchema)}
+	e.tool.Name = "self.audio_speaker.set_volume"
+	_, v := e.schema.validate(json.RawMessage(`{"volume":"max"}`))
+	require.NotNil(t, v)
+	res := invalidArgsResult(e, v)
+	require.True(t, res.IsError)
+	data, _ := json.Marshal(res.Content[0])
+	var c struct{ Text string }
+	require.NoError(t, json.Unmarshal(data, &c))
+	assert.Equal(t, "Invalid arguments for self.audio_speaker.set_volume; nothing was sent to the board.\n"+
+		"- argument \"volume\" must be an integer from 0 to 100, but got the string \"max\".\n"+
+		"This tool takes \"volume\" (an integer from 0 to 100, required).\n"+
+		"Call it again with arguments like {\"volume\": 50}.", c.Text)
+}

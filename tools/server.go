@@ -1,0 +1,510 @@
+package tools
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// Defaults for Options fields left at zero.
+const (
+	DefaultPageSize         = 100
+	DefaultMaxBodyBytes     = 4 << 20
+	DefaultRateLimit        = 20 // requests per second per session
+	DefaultRateBurst        = 40
+	DefaultSessionTimeout   = 30 * time.Minute
+	DefaultProgressInterval = 10 * time.Second
+	DefaultEventStoreBytes  = 10 << 20
+	// tombstoneTTL is how long the name of a withdrawn tool is remembered,
+	// so that a call to it gets a clear "board offline" answer rather than
+	// "unknown tool".
+	tombstoneTTL   = time.Hour
+	maxTombstones  = 4096
+	serverInfoName = "devicebridge"
+)
+
+// DefaultAllowedOrigins admits browsers on this machine only (any port).
+// Requests without an Origin header (every non-browser client) are always
+// admitted.
+var DefaultAllowedOrigins = []string{
+	"http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*",
+	"https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*",
+}
+
+// Options configure the upstream MCP server. Zero values take the
+// defaults above.
+type Options struct {
+	// Version is reported as serverInfo.version.
+	Version string
+	// Aliases maps a device id (a MAC, in any case or separator style) to
+	// the alias its tool names start with. Boards without one get
+	// DefaultAlias.
+	Aliases map[string]string
+	// ShowUserOnlyTools publishes tools that boards reserve for people
+	// (annotations.audience ["user"]); by default they are hidden from
+	// the model.
+	ShowUserOnlyTools bool
+	// Compact replaces the per-board tools by three fixed tools
+	// (list_devices, describe_device, call_device_tool), for hosts that
+	// cap the number of tools.
+	Compact bool
+	// PageSize is the number of tools per tools/list page.
+	PageSize int
+	// Tokens, when non-empty, are the bearer tokens accepted on /mcp;
+	// requests without one get 401.
+	Tokens []string
+	// AllowedOrigins lists the browser origins admitted: exact origins
+	// ("https://app.example"), any port of a host ("http://localhost:*"),
+	// or "*". Nil means DefaultAllowedOrigins; an empty non-nil list admits
+	// only requests without Origin. A request with any other Origin gets
+	// 403.
+	AllowedOrigins []string
+	// MaxBodyBytes bounds a request body (413 beyond it).
+	MaxBodyBytes int64
+	// RateLimit is the sustained number of requests per second allowed per
+	// session (per client address for requests outside a session), with
+	// bursts up to RateBurst; beyond it requests get 429. Negative
+	// disables rate limiting.
+	RateLimit float64
+	RateBurst int
+	// SessionTimeout closes legacy sessions idle for this long. Negative
+	// keeps them until the client ends them.
+	SessionTimeout time.Duration
+	// ProgressInterval is how often a call still waiting for its board
+	// sends notifications/progress, when the client gave a progress token.
+	// Negative disables the heartbeats.
+	ProgressInterval time.Duration
+	// EventStoreBytes bounds the memory kept for resuming legacy streams.
+	EventStoreBytes int
+	// Logger receives the server's logs; name it "mcp". Nil discards.
+	Logger *zap.Logger
+}
+
+func (o *Options) fill() {
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = DefaultPageSize
+	}
+	if o.AllowedOrigins == nil {
+		o.AllowedOrigins = DefaultAllowedOrigins
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit = DefaultRateLimit
+	}
+	if o.RateBurst <= 0 {
+		o.RateBurst = max(DefaultRateBurst, int(o.RateLimit))
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.EventStoreBytes <= 0 {
+		o.EventStoreBytes = DefaultEventStoreBytes
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+}
+
+// Validate reports option mistakes in words a user can act on.
+func (o Options) Validate() error {
+	var errs []error
+	for id, alias := range o.Aliases {
+		if strings.TrimSpace(id) == "" {
+			errs = append(errs, fmt.Errorf("mcp.aliases: empty device id for alias %q", alias))
+		}
+		if sanitize(alias) == "" {
+			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q has no usable characters (use letters, digits, '_' or '-')", id, alias))
+		}
+	}
+	for _, origin := range o.AllowedOrigins {
+		if _, err := parseOriginRule(origin); err != nil {
+			errs = append(errs, fmt.Errorf("mcp.allowed_origins: %w", err))
+		}
+	}
+	for i, t := range o.Tokens {
+		if strings.TrimSpace(t) == "" || strings.ContainsAny(t, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("mcp.tokens[%d]: a token must be non-empty and contain no spaces", i))
+		}
+	}
+	if o.RateLimit > 0 && o.RateBurst < 0 {
+		errs = append(errs, errors.New("mcp.rate_burst must not be negative"))
+	}
+	if o.PageSize < 0 {
+		errs = append(errs, errors.New("mcp.page_size must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is the upstream MCP server: one go-sdk server whose tools follow
+// the Hub, served over Streamable HTTP in both protocol eras.
+type Server struct {
+	hub  *device.Hub
+	opts Options
+	log  *zap.Logger
+	mcp  *mcp.Server
+	http *frontHandler
+
+	cat atomic.Pointer[catalog]
+
+	syncMu     sync.Mutex // serialises sync; guards remembered
+	remembered map[string][]mcpclient.Tool
+
+	tombMu     sync.Mutex
+	tombstones map[string]tombstone
+
+	// ctx ends when the server closes; every call and request is bound to it.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// tombstone remembers a withdrawn tool name.
+type tombstone struct {
+	deviceID, alias, board, tool string
+	at                           time.Time
+}
+
+// New builds the server over hub. Call Run to keep its tools in step with
+// the Hub, serve Handler on /mcp, and Close on shutdown.
+func New(hub *device.Hub, opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.fill()
+	aliases := make(map[string]string, len(opts.Aliases))
+	for id, a := range opts.Aliases {
+		aliases[NormalizeDeviceID(strings.TrimSpace(id))] = a
+	}
+	opts.Aliases = aliases
+
+	s := &Server{
+		hub:        hub,
+		opts:       opts,
+		log:        opts.Logger,
+		remembered: map[string][]mcpclient.Tool{},
+		tombstones: map[string]tombstone{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cat.Store(emptyCatalog())
+
+	instructions := "devicebridge relays the tools of physical xiaozhi-esp32 boards. " +
+		"Each tool acts on one board: its name starts with the board's alias and its description names the board " +
+		"(alias, board type and MAC). The list changes as boards connect and leave. A board runs one tool at a time; " +
+		"a board that does not answer in time may still carry the action out, so check its state before repeating a call."
+	if opts.Compact {
+		instructions = "devicebridge relays the tools of physical xiaozhi-esp32 boards through three tools: " +
+			"list_devices shows the boards, describe_device shows one board's tools and their arguments, and " +
+			"call_device_tool runs one of them. A board runs one tool at a time."
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: serverInfoName, Title: "devicebridge", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       slog.New(newSlogHandler(s.log.Named("sdk"))),
+		PageSize:     opts.PageSize,
+		// Advertise tools with listChanged even while no board is
+		// connected, so clients subscribe from the start.
+		// (This is what the deprecated ServerOptions.HasTools did.)
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}},
+		// Session ids: 128 bits from the OS's cryptographic source.
+		GetSessionID: rand.Text,
+		// The tool list follows the boards: never cache it; and when
+		// tokens guard the endpoint, only the requesting client may.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			c.TTLMs = 0
+			if len(opts.Tokens) > 0 {
+				c.CacheScope = "private"
+			}
+		},
+	})
+	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	if opts.Compact {
+		s.addCompactTools()
+	}
+	s.http = newFrontHandler(s)
+	return s, nil
+}
+
+// MCPServer is the underlying go-sdk server, e.g. to serve it over another
+// transport in process.
+func (s *Server) MCPServer() *mcp.Server { return s.mcp }
+
+// Handler serves /mcp (POST, GET and DELETE).
+func (s *Server) Handler() http.Handler { return s.http }
+
+// Run keeps the upstream tools in step with the Hub until ctx ends or the
+// server closes. It syncs once before waiting for events.
+func (s *Server) Run(ctx context.Context) {
+	sub := s.hub.Subscribe()
+	defer sub.Close()
+	s.Sync()
+	for {
+		select {
+		case <-sub.C():
+			sub.Next() // the snapshot below is the truth; events only wake us
+			s.Sync()
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// Close ends every MCP session and stream and stops in-flight calls from
+// waiting. It does not wait for handlers the go-sdk still runs; they end as
+// soon as their board call returns. It is idempotent.
+func (s *Server) Close() {
+	s.cancel()
+	var wg sync.WaitGroup
+	for ss := range s.mcp.Sessions() {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = ss.Close() }()
+	}
+	wg.Wait()
+}
+
+// Sync recomputes the upstream catalogue from the Hub now and updates the
+// published tools (clients are told through list_changed).
+func (s *Server) Sync() {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	infos := s.hub.Devices()
+	present := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		present[info.DeviceID] = true
+		if info.State == device.StateReady {
+			s.remembered[info.DeviceID] = info.Tools
+		}
+	}
+	for id := range s.remembered {
+		if !present[id] {
+			delete(s.remembered, id)
+		}
+	}
+	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools})
+	old := s.cat.Swap(cur)
+	removed, added := diff(old, cur)
+	for _, e := range added {
+		if e.schemaErr != nil {
+			s.log.Warn("board tool has an input schema the bridge cannot check; arguments pass unchecked",
+				zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name), zap.Error(e.schemaErr))
+		}
+	}
+	if s.opts.Compact || (len(removed) == 0 && len(added) == 0) {
+		return
+	}
+	s.bury(old, removed)
+	sort.Strings(removed)
+	if len(removed) > 0 {
+		s.mcp.RemoveTools(removed...)
+	}
+	sort.Slice(added, func(i, j int) bool { return added[i].name < added[j].name })
+	for _, e := range added {
+		s.mcp.AddTool(e.mcpTool, s.toolHandler(e))
+	}
+	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
+		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
+}
+
+// bury remembers withdrawn names.
+func (s *Server) bury(old *catalog, names []string) {
+	now := time.Now()
+	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
+	for _, n := range names {
+		e := old.byName[n]
+		s.tombstones[n] = tombstone{deviceID: e.deviceID, alias: e.alias, board: e.board, tool: e.tool.Name, at: now}
+	}
+	if len(s.tombstones) > maxTombstones {
+		var oldest []string
+		for n, t := range s.tombstones {
+			if now.Sub(t.at) > tombstoneTTL {
+				delete(s.tombstones, n)
+			} else {
+				oldest = append(oldest, n)
+			}
+		}
+		if len(s.tombstones) > maxTombstones {
+			sort.Slice(oldest, func(i, j int) bool { return s.tombstones[oldest[i]].at.Before(s.tombstones[oldest[j]].at) })
+			for _, n := range oldest[:len(s.tombstones)-maxTombstones] {
+				delete(s.tombstones, n)
+			}
+		}
+	}
+}
+
+// withdrawnToolMiddleware answers a call to a tool that was withdrawn (its
+// board left, or the name changed) with a tool result that says so, rather
+// than the bare "unknown tool" protocol error: a model that listed tools a
+// moment ago can then tell the user what happened.
+func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" || s.opts.Compact {
+			return next(ctx, method, req)
+		}
+		p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+		if !ok || p == nil {
+			return next(ctx, method, req)
+		}
+		if _, known := s.cat.Load().byName[p.Name]; known {
+			return next(ctx, method, req)
+		}
+		s.tombMu.Lock()
+		t, ok := s.tombstones[p.Name]
+		s.tombMu.Unlock()
+		if !ok || time.Since(t.at) > tombstoneTTL {
+			return next(ctx, method, req)
+		}
+		cat := s.cat.Load()
+		label := fmt.Sprintf("%q (%s, %s)", t.alias, cmpOr(t.board, "board"), t.deviceID)
+		s.log.Info("call to a withdrawn tool", zap.String("device_id", t.deviceID), zap.String("tool", t.tool),
+			zap.String("name", p.Name))
+		v, present := cat.byDevice[t.deviceID]
+		switch {
+		case !present:
+			return offlineResult(label, t.tool), nil
+		case v.findTool(t.tool) != nil:
+			return errorResult("The tool %s is now published as %s (board %s); call it by that name.",
+				p.Name, v.findTool(t.tool).name, boardLabel(v)), nil
+		case v.info.State != device.StateReady:
+			return errorResult("Board %s is reconnecting and its tools are not available yet, so %s was not run. "+
+				"Refresh the tool list in a few seconds.", boardLabel(v), t.tool), nil
+		default:
+			return errorResult("Board %s no longer offers %s, so it was not run. Refresh the tool list to see what it offers now.",
+				boardLabel(v), t.tool), nil
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// toolHandler runs a published board tool.
+func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return s.call(ctx, req, e, req.Params.Arguments), nil
+	}
+}
+
+// call validates the arguments, runs the tool on its board with progress
+// heartbeats, and converts the outcome.
+func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(s.ctx, cancel)
+	defer stopOnClose()
+
+	fields := []zap.Field{zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name)}
+	fwd, bad := e.schema.validate(args)
+	if bad != nil {
+		s.log.Info("tool call rejected", append(fields, zap.String("outcome", outcomeInvalidArgs),
+			zap.Int("problems", len(bad.problems)))...)
+		if ce := s.log.Check(zap.DebugLevel, "rejected arguments"); ce != nil {
+			ce.Write(append(fields, zap.ByteString("arguments", args))...)
+		}
+		return invalidArgsResult(e, bad)
+	}
+	if ce := s.log.Check(zap.DebugLevel, "tool call"); ce != nil {
+		ce.Write(append(fields, zap.ByteString("arguments", fwd))...)
+	}
+
+	start := time.Now()
+	stop := s.heartbeat(ctx, req, e)
+	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, fwd)
+	stop()
+	took := time.Since(start)
+
+	var out *mcp.CallToolResult
+	outcome := outcomeOK
+	if err != nil {
+		out, outcome = callFailure(e, e.label(), err, took)
+	} else {
+		out = convertResult(res)
+		if out.IsError {
+			outcome = outcomeToolError
+		}
+	}
+	level := zap.InfoLevel
+	if outcome != outcomeOK && outcome != outcomeToolError && outcome != outcomeDeviceError && outcome != outcomeCancelled {
+		level = zap.WarnLevel
+	}
+	if ce := s.log.Check(level, "tool call"); ce != nil {
+		fs := append(fields, zap.String("outcome", outcome), zap.Duration("took", took))
+		if err != nil {
+			fs = append(fs, zap.Error(err))
+		}
+		ce.Write(fs...)
+	}
+	return out
+}
+
+func (e *entry) label() string {
+	return fmt.Sprintf("%q (%s, %s)", e.alias, cmpOr(e.board, "board"), e.deviceID)
+}
+
+// heartbeat sends notifications/progress every ProgressInterval while the
+// call waits for its board, if the client asked for progress. The returned
+// function stops it and waits for it.
+func (s *Server) heartbeat(ctx context.Context, req *mcp.CallToolRequest, e *entry) (stop func()) {
+	if req == nil || req.Session == nil || s.opts.ProgressInterval < 0 {
+		return func() {}
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(s.opts.ProgressInterval)
+		defer tick.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      float64(n),
+				Message: fmt.Sprintf("still waiting for board %q to finish %s (%ds)", e.alias, e.tool.Name,
+					int(time.Since(start).Seconds())),
+			})
+			if err != nil {
+				s.log.Debug("progress notification not delivered", zap.String("device_id", e.deviceID),
+					zap.String("tool", e.tool.Name), zap.Error(err))
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
