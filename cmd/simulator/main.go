@@ -1,0 +1,261 @@
+// Command simulator runs one or more simulated xiaozhi-esp32 boards against
+// a devicebridge (or any xiaozhi-compatible) server.
+//
+//	simulator --url ws://127.0.0.1:8000/xiaozhi/v1/ --profile robot --count 50 --token secret
+//
+// Each board connects over WebSocket like real firmware, answers MCP
+// requests from its profile's tools, and reconnects with backoff when the
+// connection ends. SIGINT or SIGTERM closes every board and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/devicebridge/devicebridge/configs"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := &Main{}
+	if err := m.ParseFlags(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "simulator:", err)
+		os.Exit(2)
+	}
+	err := m.Run(ctx)
+	_ = m.log.Sync()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simulator:", err)
+		os.Exit(1)
+	}
+}
+
+// Main holds the parsed command line.
+type Main struct {
+	url           string
+	profile       string
+	count         int
+	token         string
+	macPrefix     string
+	protoVersion  int
+	helloTimeout  time.Duration
+	reconnect     bool
+	reconnectMin  time.Duration
+	reconnectMax  time.Duration
+	startInterval time.Duration
+	statsInterval time.Duration
+	toolDelay     map[string]time.Duration
+	disconnectOn  map[string]bool
+	omitMCP       bool
+	omitSessionID bool
+	logFormat     string
+	logLevel      string
+	log           *zap.Logger
+	// mqtt selects the MQTT transport when its Endpoint is set.
+	mqtt simulator.MQTTConfig
+}
+
+// ParseFlags parses args into m and builds the logger.
+func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simulator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	m.toolDelay = map[string]time.Duration{}
+	m.disconnectOn = map[string]bool{}
+
+	m.registerTransportFlags(fs)
+
+	// Boards.
+	fs.StringVar(&m.profile, "profile", "breadboard", "board profile: "+strings.Join(configs.ProfileNames(), ", ")+", or a YAML file path")
+	fs.IntVar(&m.count, "count", 1, "number of boards")
+	fs.StringVar(&m.macPrefix, "mac-prefix", simulator.DefaultMACPrefix, "leading MAC octets; the rest is the board index (board 1 = <prefix>:..:01)")
+	fs.BoolVar(&m.reconnect, "reconnect", true, "reconnect boards whose connection ends")
+	fs.DurationVar(&m.reconnectMin, "reconnect-min", simulator.DefaultReconnectMin, "first reconnect delay")
+	fs.DurationVar(&m.reconnectMax, "reconnect-max", simulator.DefaultReconnectMax, "largest reconnect delay")
+	fs.DurationVar(&m.startInterval, "start-interval", 0, "delay between the first connection of successive boards")
+
+	// Fault injection.
+	fs.Func("tool-delay", "make a tool slow, as name=duration (repeatable)", func(v string) error {
+		name, d, err := parseToolDelay(v)
+		if err != nil {
+			return err
+		}
+		m.toolDelay[name] = d
+		return nil
+	})
+	fs.Func("disconnect-on", "drop the connection when this tool is called (repeatable)", func(v string) error {
+		if v == "" {
+			return errors.New("empty tool name")
+		}
+		m.disconnectOn[v] = true
+		return nil
+	})
+	fs.BoolVar(&m.omitMCP, "no-mcp", false, "behave like a board without MCP (no features.mcp, MCP ignored)")
+	fs.BoolVar(&m.omitSessionID, "omit-session-id", false, "leave session_id out of device messages (no real firmware does this)")
+
+	// Output.
+	fs.StringVar(&m.logFormat, "log-format", "console", "log format: console or json")
+	fs.StringVar(&m.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&m.statsInterval, "stats-interval", 10*time.Second, "how often to log fleet counters (0 = never)")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	log, err := newLogger(m.logFormat, m.logLevel)
+	if err != nil {
+		return err
+	}
+	m.log = log
+	return nil
+}
+
+// registerTransportFlags holds the flags that choose and configure the
+// transport: WebSocket (--url) by default, MQTT when --mqtt is given.
+func (m *Main) registerTransportFlags(fs *flag.FlagSet) {
+	fs.StringVar(&m.url, "url", "ws://127.0.0.1:8000/xiaozhi/v1/", "server WebSocket URL")
+	fs.StringVar(&m.token, "token", "", "WebSocket token (sent as \"Bearer <token>\" unless it contains a space)")
+	fs.IntVar(&m.protoVersion, "protocol-version", 1, "binary protocol version announced to the server (1, 2 or 3)")
+	fs.DurationVar(&m.helloTimeout, "hello-timeout", simulator.DefaultHelloTimeout, "how long to wait for the server hello")
+
+	// MQTT: the boards connect to a broker instead, as current firmware
+	// does (no SUBSCRIBE), or with --mqtt-legacy as pre-1.0 firmware does.
+	fs.StringVar(&m.mqtt.Endpoint, "mqtt", "", "connect over MQTT to this broker (tcp://host:1883, or an OTA endpoint host[:port] where 8883 means TLS) instead of --url")
+	fs.StringVar(&m.mqtt.Username, "mqtt-username", "", "MQTT username")
+	fs.StringVar(&m.mqtt.Password, "mqtt-password", "", "MQTT password")
+	fs.StringVar(&m.mqtt.HMACSecret, "mqtt-hmac-secret", "", "derive each board's MQTT password as base64(HMAC-SHA256(secret, client_id|username))")
+	fs.StringVar(&m.mqtt.PublishTopic, "mqtt-publish-topic", simulator.DefaultMQTTPublishTopic, "topic boards publish to; {mac} becomes the board's MAC with _ (use devices/up/{mac} with an external broker)")
+	fs.BoolVar(&m.mqtt.Legacy, "mqtt-legacy", false, "behave like firmware before v1.0: subscribe to --mqtt-subscribe-topic")
+	fs.StringVar(&m.mqtt.SubscribeTopic, "mqtt-subscribe-topic", "devices/p2p/{mac}", "topic legacy boards subscribe to ({mac} as above)")
+	fs.BoolVar(&m.mqtt.HelloOnConnect, "mqtt-hello", false, "open the audio channel (send hello) after connecting, so a server behind a plain broker learns of the board")
+}
+
+// parseToolDelay splits "name=duration".
+func parseToolDelay(v string) (string, time.Duration, error) {
+	name, dur, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return "", 0, fmt.Errorf("tool delay %q: want name=duration, e.g. self.lamp.turn_on=2s", v)
+	}
+	d, err := time.ParseDuration(dur)
+	if err != nil || d < 0 {
+		return "", 0, fmt.Errorf("tool delay %q: bad duration", v)
+	}
+	return name, d, nil
+}
+
+func newLogger(format, level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	var cfg zap.Config
+	switch format {
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.DisableStacktrace = true
+	case "json":
+		cfg = zap.NewProductionConfig()
+	default:
+		return nil, fmt.Errorf("log format %q: want console or json", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	return cfg.Build()
+}
+
+// Run starts the fleet and blocks until ctx ends (or, without reconnect,
+// until every board has gone offline).
+func (m *Main) Run(ctx context.Context) error {
+	profile, err := simulator.LoadProfile(m.profile)
+	if err != nil {
+		return err
+	}
+	fleet, err := simulator.NewFleet(simulator.FleetConfig{
+		URL:           m.url,
+		Profile:       profile,
+		Count:         m.count,
+		MACPrefix:     m.macPrefix,
+		Token:         m.token,
+		Reconnect:     m.reconnect,
+		ReconnectMin:  m.reconnectMin,
+		ReconnectMax:  m.reconnectMax,
+		StartInterval: m.startInterval,
+		Board: simulator.Config{
+			ProtocolVersion: m.protoVersion,
+			HelloTimeout:    m.helloTimeout,
+			ToolDelay:       m.toolDelay,
+			DisconnectOn:    m.disconnectOn,
+			OmitMCPFeature:  m.omitMCP,
+			OmitSessionID:   m.omitSessionID,
+		},
+		Logger: m.log,
+	})
+	if err != nil {
+		return err
+	}
+	server := m.url
+	if m.mqtt.Endpoint != "" {
+		server = m.mqtt.Endpoint
+	}
+	m.log.Info("starting boards",
+		zap.String("url", server), zap.String("profile", profile.Name),
+		zap.String("board", profile.Board), zap.Int("count", m.count))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		m.logStats(ctx, fleet)
+	}()
+	if m.mqtt.Endpoint != "" {
+		err = fleet.RunMQTT(ctx, m.mqtt)
+	} else {
+		err = fleet.Run(ctx)
+	}
+	cancel()
+	<-statsDone
+	s := fleet.Stats()
+	m.log.Info("stopped", zap.Uint64("connects", s.Connects), zap.Uint64("calls_run", s.CallsRun))
+	return err
+}
+
+// logStats logs the fleet's counters every statsInterval until ctx ends.
+func (m *Main) logStats(ctx context.Context, f *simulator.Fleet) {
+	if m.statsInterval <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(m.statsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s := f.Stats()
+			m.log.Info("fleet",
+				zap.Int("boards", s.Boards), zap.Int("connected", s.Connected),
+				zap.Uint64("connects", s.Connects), zap.Uint64("calls_run", s.CallsRun),
+				zap.Uint64("text_received", s.TextReceived), zap.Uint64("messages_sent", s.MessagesSent),
+				zap.Uint64("mcp_dropped", s.MCPDropped), zap.Uint64("replies_lost", s.RepliesLost),
+				zap.Uint64("reboots", s.Reboots))
+		}
+	}
+}

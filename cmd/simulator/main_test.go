@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseToolDelay(t *testing.T) {
+	name, d, err := parseToolDelay("self.lamp.turn_on=1.5s")
+	require.NoError(t, err)
+	assert.Equal(t, "self.lamp.turn_on", name)
+	assert.Equal(t, 1500*time.Millisecond, d)
+	for _, bad := range []string{"self.x", "=1s", "self.x=soon", "self.x=-1s"} {
+		_, _, err := parseToolDelay(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	m := &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--count", "3", "--tool-delay", "a=1s", "--tool-delay", "b=2s", "--disconnect-on", "c", "--log-level", "warn"}, io.Discard))
+	assert.Equal(t, 3, m.count)
+	assert.Equal(t, map[string]time.Duration{"a": time.Second, "b": 2 * time.Second}, m.toolDelay)
+	assert.Equal(t, map[string]bool{"c": true}, m.disconnectOn)
+	assert.Equal(t, "ws://127.0.0.1:8000/xiaozhi/v1/", m.url)
+	assert.Equal(t, "breadboard", m.profile)
+
+	for _, bad := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}, {"extra"}, {"--tool-delay", "x"}} {
+		assert.Error(t, (&Main{}).ParseFlags(bad, io.Discard), "%q", bad)
+	}
+}
+
+// TestRun starts two boards against a minimal server and stops them.
+func TestRun(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		ids []string
+		wg  sync.WaitGroup
+	)
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer c.Close()
+		mu.Lock()
+		ids = append(ids, r.Header.Get("Device-Id"))
+		mu.Unlock()
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+
+	m := &Main{}
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/xiaozhi/v1/"
+	require.NoError(t, m.ParseFlags([]string{"--url", url, "--count", "2", "--profile", "robot", "--log-level", "error", "--mac-prefix", "02:aa"}, io.Discard))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ids) == 2
+	}, 5*time.Second, time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	wg.Wait()
+	assert.ElementsMatch(t, []string{"02:aa:00:00:00:01", "02:aa:00:00:00:02"}, ids)
+}

@@ -1,0 +1,231 @@
+package simulator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for FleetConfig fields left at zero.
+const (
+	// DefaultMACPrefix is a locally administered prefix, so simulated MACs
+	// cannot clash with real hardware.
+	DefaultMACPrefix     = "02:00:00"
+	DefaultReconnectMin  = time.Second
+	DefaultReconnectMax  = 30 * time.Second
+	reconnectJitterRatio = 0.2
+)
+
+// FleetConfig configures a group of boards that share one profile and one
+// server.
+type FleetConfig struct {
+	// URL is the server's WebSocket URL, e.g. ws://127.0.0.1:8000/xiaozhi/v1/.
+	URL string
+	// Profile is required.
+	Profile *Profile
+	// Count is the number of boards (at least 1).
+	Count int
+	// MACPrefix holds the leading octets of every MAC (1 to 5 octets,
+	// default "02:00:00"); the remaining octets are the board's 1-based
+	// index, so board 1 is 02:00:00:00:00:01. Client ids derive from the
+	// MAC, so a restarted fleet keeps its identities.
+	MACPrefix string
+	// Token is sent by every board.
+	Token string
+	// Reconnect makes a board reconnect after its connection ends or fails,
+	// with exponential backoff between ReconnectMin and ReconnectMax.
+	// Without it a board that loses its connection stays offline.
+	Reconnect    bool
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// StartInterval spaces out the boards' first connection attempts so a
+	// large fleet does not hit the server all at once.
+	StartInterval time.Duration
+	// Board is the template for each board's Config. MAC, ClientID,
+	// Profile, Token and Logger are filled in per board.
+	Board Config
+	// Logger receives fleet and board logs; nil means no logging.
+	Logger *zap.Logger
+}
+
+// Fleet runs a group of boards against one server.
+type Fleet struct {
+	cfg    FleetConfig
+	boards []*Board
+	log    *zap.Logger
+}
+
+// FleetStats sums the boards' counters.
+type FleetStats struct {
+	Boards    int // boards in the fleet
+	Connected int // boards with a live connection
+	Stats         // counters summed over all boards
+}
+
+// NewFleet validates cfg and creates the boards without connecting them.
+func NewFleet(cfg FleetConfig) (*Fleet, error) {
+	if cfg.Profile == nil {
+		return nil, errors.New("simulator: fleet config has no profile")
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("simulator: fleet config has no url")
+	}
+	if cfg.Count < 1 {
+		return nil, fmt.Errorf("simulator: fleet count %d: want at least 1", cfg.Count)
+	}
+	cfg.MACPrefix = strings.ToLower(cmp.Or(cfg.MACPrefix, DefaultMACPrefix))
+	cfg.ReconnectMin = cmp.Or(cfg.ReconnectMin, DefaultReconnectMin)
+	cfg.ReconnectMax = max(cmp.Or(cfg.ReconnectMax, DefaultReconnectMax), cfg.ReconnectMin)
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	prefix, err := parseMACPrefix(cfg.MACPrefix)
+	if err != nil {
+		return nil, err
+	}
+	free := 6 - len(prefix)
+	if limit := 1 << (8 * free); cfg.Count >= limit {
+		return nil, fmt.Errorf("simulator: a %d-octet MAC prefix leaves room for %d boards, not %d", len(prefix), limit-1, cfg.Count)
+	}
+
+	f := &Fleet{cfg: cfg, log: cfg.Logger.Named("fleet")}
+	for i := 1; i <= cfg.Count; i++ {
+		var mac [6]byte
+		copy(mac[:], prefix)
+		for j, idx := 5, i; j >= len(prefix); j, idx = j-1, idx>>8 {
+			mac[j] = byte(idx)
+		}
+		bc := cfg.Board
+		bc.MAC = formatMAC(mac)
+		bc.ClientID = uuidFromMAC(bc.MAC)
+		bc.Profile = cfg.Profile
+		bc.Token = cfg.Token
+		bc.Logger = cfg.Logger
+		b, err := NewBoard(bc)
+		if err != nil {
+			return nil, err
+		}
+		f.boards = append(f.boards, b)
+	}
+	return f, nil
+}
+
+func parseMACPrefix(s string) ([]byte, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 1 || len(parts) > 5 {
+		return nil, fmt.Errorf("simulator: MAC prefix %q: want 1 to 5 colon-separated octets", s)
+	}
+	out := make([]byte, len(parts))
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 16, 8)
+		if err != nil || len(p) != 2 {
+			return nil, fmt.Errorf("simulator: MAC prefix %q: octet %q is not two hex digits", s, p)
+		}
+		out[i] = byte(v)
+	}
+	return out, nil
+}
+
+// Boards returns the fleet's boards in index order.
+func (f *Fleet) Boards() []*Board { return f.boards }
+
+// Stats sums the boards' counters.
+func (f *Fleet) Stats() FleetStats {
+	fs := FleetStats{Boards: len(f.boards)}
+	for _, b := range f.boards {
+		s := b.Stats()
+		if b.Connected() {
+			fs.Connected++
+		}
+		fs.Connects += s.Connects
+		fs.TextReceived += s.TextReceived
+		fs.BinaryReceived += s.BinaryReceived
+		fs.MessagesSent += s.MessagesSent
+		fs.CallsRun += s.CallsRun
+		fs.MCPDropped += s.MCPDropped
+		fs.Ignored += s.Ignored
+		fs.RepliesLost += s.RepliesLost
+		fs.TasksDiscarded += s.TasksDiscarded
+		fs.Reboots += s.Reboots
+	}
+	return fs
+}
+
+// Run connects every board and keeps them connected until ctx ends; then
+// it closes all boards, waits for them and returns nil. Without Reconnect
+// it also returns once every board has gone offline, with their errors
+// joined.
+func (f *Fleet) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(f.boards))
+	for i, b := range f.boards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleepCtx(ctx, time.Duration(i)*f.cfg.StartInterval) {
+				return
+			}
+			errs[i] = f.runBoard(ctx, b)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// RunFleet creates a fleet from cfg and runs it until ctx ends.
+func RunFleet(ctx context.Context, cfg FleetConfig) error {
+	f, err := NewFleet(cfg)
+	if err != nil {
+		return err
+	}
+	return f.Run(ctx)
+}
+
+// runBoard keeps one board connected. It returns nil when ctx ends, or the
+// board's last error when reconnecting is off.
+func (f *Fleet) runBoard(ctx context.Context, b *Board) error {
+	defer b.Close()
+	attempt := 0
+	for {
+		err := b.ConnectWebSocket(ctx, f.cfg.URL)
+		if err == nil {
+			attempt = 0
+			err = b.Serve(ctx)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !f.cfg.Reconnect {
+			return fmt.Errorf("board %s: %w", b.MAC(), err)
+		}
+		delay := f.backoff(attempt)
+		attempt++
+		b.log.Warn("connection ended; reconnecting", zap.Error(err), zap.Duration("after", delay))
+		if !sleepCtx(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+// backoff doubles from ReconnectMin up to ReconnectMax, with jitter so a
+// fleet dropped at once does not come back at once.
+func (f *Fleet) backoff(attempt int) time.Duration {
+	d := f.cfg.ReconnectMin
+	for i := 0; i < attempt && d < f.cfg.ReconnectMax; i++ {
+		d *= 2
+	}
+	d = min(d, f.cfg.ReconnectMax)
+	jitter := 1 + reconnectJitterRatio*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * jitter)
+}
