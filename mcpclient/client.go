@@ -254,6 +254,9 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	}
 	defer func() { <-c.turn }()
 
+	// On timeout jsonrpc2 keeps the call's pending entry until a late reply
+	// or the connection's end; a board either answers eventually or its
+	// session ends, so that memory is bounded by the session.
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
