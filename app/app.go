@@ -38,6 +38,8 @@ type App struct {
 	drain    []func()
 	shutdown []func(context.Context) // run in reverse order of registration
 	wg       sync.WaitGroup          // serve loops and background workers
+	// mqtt is the MQTT side startMQTT built; nil when MQTT is off.
+	mqtt *mqttSide
 	// stopSimulators ends in-process boards; it runs after the Hub closed,
 	// so their sessions end with the bridge's reason, not theirs.
 	stopSimulators context.CancelFunc

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -168,31 +167,26 @@ func parseBool(v string) (bool, error) {
 	return false, fmt.Errorf("%q is not a boolean", v)
 }
 
-// mqttSide is what startMQTT built, for the accessors below. It lives in
-// a registry keyed by App rather than in App itself, so this file stays
-// the MQTT side's only hook into the app.
+// mqttSide is what startMQTT built, for the accessors below.
 type mqttSide struct {
 	broker  *broker.Broker
 	gateway *mqtt.Gateway
 }
 
-var mqttSides sync.Map // *App → *mqttSide
+func (a *App) mqttSide() *mqttSide {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mqtt == nil {
+		return &mqttSide{}
+	}
+	return a.mqtt
+}
 
 // MQTTBroker returns the embedded broker, or nil when none runs.
-func (a *App) MQTTBroker() *broker.Broker {
-	if s, ok := mqttSides.Load(a); ok {
-		return s.(*mqttSide).broker
-	}
-	return nil
-}
+func (a *App) MQTTBroker() *broker.Broker { return a.mqttSide().broker }
 
 // MQTTGateway returns the MQTT gateway, or nil when MQTT is off.
-func (a *App) MQTTGateway() *mqtt.Gateway {
-	if s, ok := mqttSides.Load(a); ok {
-		return s.(*mqttSide).gateway
-	}
-	return nil
-}
+func (a *App) MQTTGateway() *mqtt.Gateway { return a.mqttSide().gateway }
 
 // MQTTAddr is the embedded broker's bound address (useful with port 0),
 // or nil when none runs.
@@ -276,10 +270,14 @@ func (a *App) startMQTT(ctx context.Context) error {
 		return err
 	}
 	side.gateway = g
-	mqttSides.Store(a, side)
+	a.mu.Lock()
+	a.mqtt = side
+	a.mu.Unlock()
 	a.onShutdown(func(context.Context) {
 		g.Close()
-		mqttSides.Delete(a)
+		a.mu.Lock()
+		a.mqtt = nil
+		a.mu.Unlock()
 	})
 
 	wctx, cancel := context.WithTimeout(ctx, gw.WithDefaults().ConnectTimeout)

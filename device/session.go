@@ -124,6 +124,10 @@ func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessag
 	}
 	res, err := c.CallTool(ctx, name, args)
 	if errors.Is(err, mcpclient.ErrDisconnected) {
+		// Say why the link went, e.g. "connection to the MQTT broker lost".
+		if reason := s.link.Err(); reason != nil {
+			return nil, fmt.Errorf("%w (%v): %w", ErrOffline, reason, err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrOffline, err)
 	}
 	return res, err

@@ -14,7 +14,7 @@
 //
 //	Board ── identity, tool state, session id (kept across connections)
 //	  │
-//	  └─ link (one per connection; wsLink today, MQTT later)
+//	  └─ link (one per connection; wsLink or the MQTT link)
 //	       reader goroutine ── parse JSON, check type, validate MCP ──┐
 //	       main task ◄── tool calls, reboots, every reply, in order ◄─┘
 //	       writer goroutine ── the only code writing data frames

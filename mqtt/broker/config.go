@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/devicebridge/devicebridge/mqtt"
+)
+
+// Defaults for Config.
+const (
+	// DefaultListen is the standard MQTT port on every interface.
+	DefaultListen = ":1883"
+	// DefaultMaxPacketSize bounds one MQTT packet. A board's largest message
+	// is far smaller (a tools/list page stays under 8 KB); a client that
+	// sends more is disconnected by the broker before the bytes are read.
+	DefaultMaxPacketSize = 1 << 20
+	// DefaultClientWritesPending bounds each client's outbound queue. A
+	// board is sent one request at a time; past this bound messages to it
+	// are dropped and counted rather than buffered.
+	DefaultClientWritesPending = 256
+)
+
+// User is one static board credential.
+type User struct {
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// AuthConfig decides which boards may connect. Boards present the username
+// and password their OTA response handed them.
+type AuthConfig struct {
+	// Users are static username/password pairs; any of them admits a board.
+	Users []User `yaml:"users"`
+	// HMACSecret, when set, admits a board whose password is
+	// base64(HMAC-SHA256(secret, client_id + "|" + username)), the scheme
+	// existing xiaozhi backends use (see mqtt.HMACPassword).
+	HMACSecret string `yaml:"hmac_secret"`
+	// AllowAnonymous admits boards that send no username and no password.
+	// Unset, it is true only when neither Users nor HMACSecret is
+	// configured: a broker with credentials configured refuses boards
+	// without any. With no credentials configured and anonymous access
+	// allowed, every board is admitted whatever it sends.
+	AllowAnonymous *bool `yaml:"allow_anonymous"`
+	// AllowAnyClientID admits client ids not in the GID_xxx@@@<mac>@@@<uuid>
+	// form: the client id itself (letters, digits, ".", "_", "-") becomes
+	// the device id. Off by default: such clients get CONNACK "identifier
+	// rejected".
+	AllowAnyClientID bool `yaml:"allow_any_client_id"`
+}
+
+// anonymous resolves AllowAnonymous.
+func (a AuthConfig) anonymous() bool {
+	if a.AllowAnonymous != nil {
+		return *a.AllowAnonymous
+	}
+	return len(a.Users) == 0 && a.HMACSecret == ""
+}
+
+// Validate reports settings that would refuse every board.
+func (a AuthConfig) Validate() error {
+	var errs []error
+	for i, u := range a.Users {
+		if u.Username == "" || u.Password == "" {
+			errs = append(errs, fmt.Errorf("mqtt.auth.users[%d]: username and password must both be set", i))
+		}
+	}
+	if !a.anonymous() && len(a.Users) == 0 && a.HMACSecret == "" {
+		errs = append(errs, errors.New("mqtt.auth.allow_anonymous is false but no users or hmac_secret are configured: no board could connect"))
+	}
+	return errors.Join(errs...)
+}
+
+// Config configures the embedded broker.
+type Config struct {
+	// Listen is where boards connect (":1883").
+	Listen string
+	// Topics must be the same as the gateway's.
+	Topics mqtt.Topics
+	Auth   AuthConfig
+	// MaxPacketSize bounds one MQTT packet (0 = DefaultMaxPacketSize).
+	MaxPacketSize int
+	// ClientWritesPending bounds each client's outbound queue.
+	ClientWritesPending int
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	c.Topics = c.Topics.WithDefaults()
+	if c.MaxPacketSize <= 0 {
+		c.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if c.ClientWritesPending <= 0 {
+		c.ClientWritesPending = DefaultClientWritesPending
+	}
+	return c
+}
+
+// Validate reports configuration mistakes.
+func (c Config) Validate() error {
+	return errors.Join(c.Topics.Validate(), c.Auth.Validate())
+}

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/mqtt"
+)
+
+// role is what a connected client is to the broker.
+type role int
+
+const (
+	roleBoard role = iota
+	roleGateway
+)
+
+// clientState is what the policy remembers about an admitted client.
+type clientState struct {
+	role     role
+	ident    mqtt.ClientIdentity
+	uplink   string // the board's own uplink topic
+	downlink string // the board's own downlink topic
+	// warnedPub, warnedRead and warnedDrop limit policy warnings to one of
+	// each per connection; a misbehaving board would otherwise flood the log.
+	warnedPub, warnedRead, warnedDrop atomic.Bool
+}
+
+// policy is the mochi hook that enforces what boards may do. mochi calls it
+// on the client's own goroutines; nothing here blocks.
+type policy struct {
+	mochi.HookBase
+	b       *Broker
+	clients sync.Map // *mochi.Client → *clientState, from session start to disconnect
+}
+
+func (h *policy) ID() string { return "devicebridge-policy" }
+
+func (h *policy) Provides(b byte) bool {
+	return bytes.Contains([]byte{
+		mochi.OnConnect,
+		mochi.OnConnectAuthenticate,
+		mochi.OnSessionEstablished,
+		mochi.OnDisconnect,
+		mochi.OnACLCheck,
+		mochi.OnPublish,
+		mochi.OnPublishDropped,
+	}, []byte{b})
+}
+
+// identify decides who a CONNECT claims to be, from its listener and
+// client id alone.
+func (h *policy) identify(cl *mochi.Client) (*clientState, bool) {
+	gw := h.b.gateway
+	if cl.Net.Listener == bridgeListener {
+		if cl.ID != gw.ClientID {
+			return nil, false
+		}
+		return &clientState{role: roleGateway}, true
+	}
+	if cl.ID == gw.ClientID {
+		return nil, false // the gateway's identity is only valid on loopback
+	}
+	ci, err := mqtt.ParseClientID(cl.ID, h.b.cfg.Auth.AllowAnyClientID)
+	if err != nil {
+		return nil, false
+	}
+	return &clientState{
+		role:     roleBoard,
+		ident:    ci,
+		uplink:   h.b.up.Topic(ci.Key),
+		downlink: h.b.down.Topic(ci.Key),
+	}, true
+}
+
+// OnConnect refuses client ids that name no board with CONNACK "identifier
+// rejected" (mochi would otherwise just drop the connection).
+func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if _, ok := h.identify(cl); ok {
+		return nil
+	}
+	h.b.refusedID.Add(1)
+	h.b.log.Warn("refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid)",
+		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
+	_ = h.b.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
+	return packets.ErrClientIdentifierNotValid
+}
+
+// OnConnectAuthenticate checks credentials. A false return makes mochi send
+// CONNACK "not authorized" and close the connection.
+func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	st, ok := h.identify(cl)
+	if !ok {
+		return false
+	}
+	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
+	if st.role == roleGateway {
+		gw := h.b.gateway
+		// Both compared in full, so timing does not say which was wrong.
+		u := subtle.ConstantTimeCompare([]byte(user), []byte(gw.Username))
+		p := subtle.ConstantTimeCompare([]byte(pass), []byte(gw.Password))
+		return u&p == 1
+	}
+	if h.boardAuthorized(cl.ID, user, pass, pk.Connect.UsernameFlag || pk.Connect.PasswordFlag) {
+		return true
+	}
+	h.b.refusedAuth.Add(1)
+	h.b.log.Warn("refused board: bad or missing credentials", zap.String("device_id", st.ident.DeviceID),
+		zap.String("transport", mqtt.TransportName), zap.String("client_id", cl.ID),
+		zap.String("remote", cl.Net.Remote), zap.Bool("sent_credentials", user != "" || pass != ""))
+	return false
+}
+
+func (h *policy) boardAuthorized(clientID, user, pass string, sent bool) bool {
+	a := h.b.cfg.Auth
+	configured := len(a.Users) > 0 || a.HMACSecret != ""
+	if !sent || (user == "" && pass == "") {
+		return a.anonymous()
+	}
+	if !configured {
+		// Nothing to check against: boards always send whatever their OTA
+		// response gave them, so with anonymous access on they are let in.
+		return a.anonymous()
+	}
+	ok := 0
+	for _, u := range a.Users {
+		ok |= subtle.ConstantTimeCompare([]byte(user), []byte(u.Username)) &
+			subtle.ConstantTimeCompare([]byte(pass), []byte(u.Password))
+	}
+	if a.HMACSecret != "" {
+		want := mqtt.HMACPassword(a.HMACSecret, clientID, user)
+		ok |= subtle.ConstantTimeCompare([]byte(pass), []byte(want))
+	}
+	return ok == 1
+}
+
+// OnSessionEstablished runs after the CONNACK, before the client's first
+// packet is read: the board is subscribed to its downlink topic and
+// announced before it can publish anything.
+func (h *policy) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
+	st, ok := h.identify(cl)
+	if !ok {
+		return
+	}
+	h.clients.Store(cl, st)
+	if st.role == roleGateway {
+		h.b.log.Debug("bridge gateway connected to the embedded broker")
+		return
+	}
+	// Current firmware never subscribes; this subscription, made on its
+	// behalf, is what lets the bridge's downlink reach it.
+	sub := packets.Subscription{Filter: st.downlink, Qos: 0}
+	h.b.srv.Topics.Subscribe(cl.ID, sub)
+	cl.State.Subscriptions.Add(st.downlink, sub)
+	h.b.boardConnected(cl, st.ident)
+}
+
+func (h *policy) OnDisconnect(cl *mochi.Client, err error, expire bool) {
+	v, ok := h.clients.LoadAndDelete(cl)
+	if !ok {
+		return
+	}
+	st := v.(*clientState)
+	if st.role == roleGateway {
+		h.b.log.Debug("bridge gateway disconnected from the embedded broker", zap.Error(err))
+		return
+	}
+	h.b.boardDisconnected(cl, st.ident, err)
+}
+
+func (h *policy) state(cl *mochi.Client) *clientState {
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return nil
+	}
+	return v.(*clientState)
+}
+
+// OnACLCheck enforces isolation. Boards may publish to the shared topics
+// and their own uplink topic, and read only their own downlink topic; the
+// gateway may do anything. Denied QoS 0 publishes are dropped by mochi.
+func (h *policy) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
+	st := h.state(cl)
+	if st == nil {
+		return false
+	}
+	if st.role == roleGateway {
+		return true
+	}
+	if write {
+		if topic == st.uplink || slices.Contains(h.b.cfg.Topics.Shared, topic) {
+			return true
+		}
+		h.b.deniedPub.Add(1)
+		h.warn(st, cl, &st.warnedPub, "denied a board's publish outside its own topics", topic)
+		return false
+	}
+	if topic == st.downlink {
+		return true
+	}
+	h.b.deniedRead.Add(1)
+	h.warn(st, cl, &st.warnedRead, "denied a board's subscription to topics that are not its own", topic)
+	return false
+}
+
+func (h *policy) warn(st *clientState, cl *mochi.Client, once *atomic.Bool, msg, topic string) {
+	lvl := zap.DebugLevel
+	if once.CompareAndSwap(false, true) {
+		lvl = zap.WarnLevel
+	}
+	if ce := h.b.log.Check(lvl, msg); ce != nil {
+		ce.Write(zap.String("device_id", st.ident.DeviceID), zap.String("transport", mqtt.TransportName),
+			zap.String("client_id", cl.ID), zap.String("topic", topic))
+	}
+}
+
+// OnPublish attributes a board's publish: whatever allowed topic it used,
+// it continues on the board's own uplink topic, where the gateway reads
+// the sender from the topic. Retain is cleared (boards never retain).
+func (h *policy) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	st := h.state(cl)
+	if st == nil || st.role != roleBoard {
+		return pk, nil
+	}
+	if pk.TopicName != st.uplink {
+		h.b.attributed.Add(1)
+		pk.TopicName = st.uplink
+	}
+	pk.FixedHeader.Retain = false
+	return pk, nil
+}
+
+// OnPublishDropped: a client's outbound queue was full. For a board this
+// means it stopped reading; the message is lost, the caller's request will
+// time out.
+func (h *policy) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
+	h.b.dropped.Add(1)
+	st := h.state(cl)
+	if st == nil {
+		return
+	}
+	if st.role == roleGateway {
+		h.b.log.Warn("bridge gateway is not keeping up; dropped an uplink message", zap.String("topic", pk.TopicName))
+		return
+	}
+	h.warn(st, cl, &st.warnedDrop, "board is not reading; dropped a downlink message", pk.TopicName)
+}

@@ -1,0 +1,44 @@
+// Package mqtt is the bridge's MQTT transport: a gateway that speaks to a
+// broker with paho and presents every board behind it as a device.Link, so
+// MQTT boards join the same device.Hub (and show up in the same APIs) as
+// WebSocket ones.
+//
+// # How boards behave, and what follows
+//
+// Current xiaozhi firmware connects to the broker at boot and stays
+// connected, publishes everything (QoS 0) to one publish_topic, never
+// subscribes, and handles whatever the broker writes to its connection. It
+// sends a hello only when a conversation starts, but answers MCP at any
+// time. Hence:
+//
+//   - The bridge initializes a board (initialize + tools/list) as soon as
+//     it knows the board is there: when the broker reports the connection
+//     (the embedded broker, through [Presence]) or when the board is first
+//     heard from (external brokers). It does not wait for a hello.
+//   - Downlink goes to the per-board topic (default devices/p2p/{mac}); the
+//     broker must deliver it to a board that never subscribed. The embedded
+//     broker (package mqtt/broker) does; an external broker needs an
+//     auto-subscribe rule (EMQX) or an old, subscribing firmware.
+//   - A plain MQTT 3.1.1 PUBLISH does not name its sender, so the gateway
+//     reads the board from the uplink topic (default devices/up/{mac}). The
+//     embedded broker moves publishes on the shared topic (device-server)
+//     there, attributing them by connection.
+//
+// # Per board
+//
+// A hello (version 3, transport udp) is answered with a server hello
+// carrying a fresh session id and UDP parameters (16-byte key and nonce,
+// the nonce laid out as 01 00 0000 <ssrc> 0..0); a later hello replaces
+// the audio session. Goodbyes work both ways and only for the current
+// session id. Audio datagrams are accepted and counted, never played.
+//
+// # Failure handling
+//
+// paho's callbacks only record and hand off; every board has a bounded
+// inbox and its own goroutine. When the broker connection drops, every
+// board's link closes at once (pending calls fail instead of hanging);
+// after the reconnect the gateway re-subscribes and re-initializes the
+// boards it lost. Without a presence source, idle boards are probed with a
+// request they answer with an error, and marked offline after several
+// unanswered probes.
+package mqtt
