@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -60,7 +59,7 @@ func newFrontHandler(s *Server) *frontHandler {
 	}
 	store := mcp.NewMemoryEventStore(nil)
 	store.SetMaxBytes(s.opts.EventStoreBytes)
-	sdkLog := slog.New(newSlogHandler(s.log.Named("http")))
+	sdkLog := sdkLogger(s.log.Named("http"))
 	getServer := func(*http.Request) *mcp.Server { return s.mcp }
 	timeout := s.opts.SessionTimeout
 	if timeout < 0 {

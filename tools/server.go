@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -220,7 +219,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: serverInfoName, Title: "devicebridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       slog.New(newSlogHandler(s.log.Named("sdk"))),
+		Logger:       sdkLogger(s.log.Named("sdk")),
 		PageSize:     opts.PageSize,
 		// Advertise tools with listChanged even while no board is
 		// connected, so clients subscribe from the start.
