@@ -192,22 +192,36 @@ func RunFleet(ctx context.Context, cfg FleetConfig) error {
 	return f.Run(ctx)
 }
 
-// runBoard keeps one board connected. It returns nil when ctx ends, or the
-// board's last error when reconnecting is off.
+// runBoard keeps one board connected over WebSocket. It returns nil when
+// ctx ends, or the board's last error when reconnecting is off.
 func (f *Fleet) runBoard(ctx context.Context, b *Board) error {
 	defer b.Close()
+	return f.keepConnected(ctx, b, func(ctx context.Context) error {
+		if err := b.ConnectWebSocket(ctx, f.cfg.URL); err != nil {
+			return err
+		}
+		return b.Serve(ctx)
+	})
+}
+
+// keepConnected runs one connection at a time (connect and serve until it
+// ends) and starts another after a backoff, while ctx lasts and the fleet
+// reconnects. A connection that lasted longer than ReconnectMax resets the
+// backoff; one that drops at once does not, so a flapping server is not
+// hammered.
+func (f *Fleet) keepConnected(ctx context.Context, b *Board, connection func(context.Context) error) error {
 	attempt := 0
 	for {
-		err := b.ConnectWebSocket(ctx, f.cfg.URL)
-		if err == nil {
-			attempt = 0
-			err = b.Serve(ctx)
-		}
+		start := time.Now()
+		err := connection(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !f.cfg.Reconnect {
 			return fmt.Errorf("board %s: %w", b.MAC(), err)
+		}
+		if time.Since(start) > f.cfg.ReconnectMax {
+			attempt = 0
 		}
 		delay := f.backoff(attempt)
 		attempt++

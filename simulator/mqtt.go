@@ -732,29 +732,16 @@ func (f *Fleet) RunMQTT(ctx context.Context, mc MQTTConfig) error {
 }
 
 func (f *Fleet) runBoardMQTT(ctx context.Context, b *Board, mc MQTTConfig) error {
-	attempt := 0
-	for {
+	return f.keepConnected(ctx, b, func(ctx context.Context) error {
 		c, err := b.ConnectMQTT(ctx, mc)
-		if err == nil {
-			attempt = 0
-			if mc.HelloOnConnect {
-				if herr := c.OpenAudioChannel(ctx); herr != nil {
-					b.log.Warn("opening the audio channel failed", zap.Error(herr))
-				}
+		if err != nil {
+			return err
+		}
+		if mc.HelloOnConnect {
+			if herr := c.OpenAudioChannel(ctx); herr != nil {
+				b.log.Warn("opening the audio channel failed", zap.Error(herr))
 			}
-			err = c.Serve(ctx)
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !f.cfg.Reconnect {
-			return fmt.Errorf("board %s: %w", b.MAC(), err)
-		}
-		delay := f.backoff(attempt)
-		attempt++
-		b.log.Info("reconnecting over mqtt", zap.Error(err), zap.Duration("after", delay))
-		if !sleepCtx(ctx, delay) {
-			return nil
-		}
-	}
+		return c.Serve(ctx)
+	})
 }
