@@ -35,7 +35,12 @@ func TestFleetConnectsAndReconnects(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 
-	require.Eventually(t, func() bool { return f.Stats().Connected == 3 }, waitTimeout, time.Millisecond)
+	// Wait for three finished hello exchanges, not just three sockets: a
+	// socket dropped mid-hello would reconnect without adding a connect.
+	require.Eventually(t, func() bool {
+		s := f.Stats()
+		return s.Connects == 3 && s.Connected == 3
+	}, waitTimeout, time.Millisecond)
 	ids := ts.seenIDs()
 	slices.Sort(ids)
 	assert.Equal(t, []string{"02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"}, ids)
