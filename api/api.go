@@ -5,8 +5,8 @@
 package api
 
 import (
+	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
@@ -137,7 +138,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 
 func parseCall(body []byte) (CallRequest, error) {
 	var req CallRequest
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, fmt.Errorf(`body must be {"name": "<tool>", "arguments": {...}}: %v`, err)
@@ -181,32 +182,22 @@ func classify(err error) (int, string) {
 	return http.StatusBadGateway, "device_failure"
 }
 
-// lookup finds a session by id as given, or with '_' or '-' in place of
-// ':' (MACs are awkward in URLs and topic names use '_').
+// lookup finds a session by id as given, or by the MAC it spells with other
+// separators or case (MACs are awkward in URLs and topic names use '_').
 func (s *Server) lookup(id string) (*device.Session, bool) {
 	if sess, ok := s.hub.Session(id); ok {
 		return sess, true
 	}
-	alt := strings.NewReplacer("_", ":", "-", ":").Replace(id)
-	if alt != id {
-		return s.hub.Session(strings.ToLower(alt))
-	}
-	return nil, false
+	return s.hub.Session(device.NormalizeID(id))
 }
 
 func (s *Server) auth(next http.Handler) http.Handler {
-	if len(s.opts.Tokens) == 0 {
+	tokens := bearer.New(s.opts.Tokens)
+	if tokens.Empty() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		ok := false
-		for _, t := range s.opts.Tokens {
-			if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
-				ok = true
-			}
-		}
-		if !ok {
+		if got, ok := bearer.FromHeader(r.Header.Get("Authorization")); !ok || tokens.Index(got) < 0 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
 			return

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/device"
 )
 
 // Default topic templates. {mac} stands for the board's topic key: its MAC
@@ -169,7 +171,7 @@ func TopicKey(deviceID string) string { return strings.ReplaceAll(deviceID, ":",
 func DeviceIDFromKey(key string) (id string, ok bool) {
 	switch {
 	case macKey.MatchString(key):
-		return strings.ToLower(strings.NewReplacer("_", ":").Replace(key)), true
+		return device.NormalizeID(key), true
 	case plainKey.MatchString(key):
 		return key, true
 	}

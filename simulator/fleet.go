@@ -164,6 +164,12 @@ func (f *Fleet) Stats() FleetStats {
 // it also returns once every board has gone offline, with their errors
 // joined.
 func (f *Fleet) Run(ctx context.Context) error {
+	return f.runAll(ctx, f.runBoard)
+}
+
+// runAll runs every board with run, each start delayed by its index times
+// StartInterval, and waits for all of them.
+func (f *Fleet) runAll(ctx context.Context, run func(context.Context, *Board) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(f.boards))
 	for i, b := range f.boards {
@@ -173,7 +179,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			if !sleepCtx(ctx, time.Duration(i)*f.cfg.StartInterval) {
 				return
 			}
-			errs[i] = f.runBoard(ctx, b)
+			errs[i] = run(ctx, b)
 		}()
 	}
 	wg.Wait()

@@ -712,23 +712,7 @@ func (c *MQTTConn) Close() error {
 // MQTT client's own reconnect, as on the firmware. FleetConfig.URL is not
 // used.
 func (f *Fleet) RunMQTT(ctx context.Context, mc MQTTConfig) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(f.boards))
-	for i, b := range f.boards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !sleepCtx(ctx, time.Duration(i)*f.cfg.StartInterval) {
-				return
-			}
-			errs[i] = f.runBoardMQTT(ctx, b, mc)
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.Join(errs...)
+	return f.runAll(ctx, func(ctx context.Context, b *Board) error { return f.runBoardMQTT(ctx, b, mc) })
 }
 
 func (f *Fleet) runBoardMQTT(ctx context.Context, b *Board, mc MQTTConfig) error {

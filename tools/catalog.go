@@ -86,7 +86,7 @@ func buildCatalog(infos []device.Info, remembered map[string][]mcpclient.Tool, o
 			visible = append(visible, t)
 		}
 		toolsOf[info.DeviceID] = visible
-		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases[NormalizeDeviceID(info.DeviceID)]}
+		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases[device.NormalizeID(info.DeviceID)]}
 		for _, t := range visible {
 			nd.Tools = append(nd.Tools, t.Name)
 		}
@@ -173,7 +173,7 @@ func diff(old, cur *catalog) (removed []string, added []*entry) {
 // (MAC in any case or separator style), or its alias (ignoring case).
 func (c *catalog) findDevice(ref string) (*deviceView, []*deviceView) {
 	ref = strings.TrimSpace(ref)
-	if v, ok := c.byDevice[NormalizeDeviceID(ref)]; ok {
+	if v, ok := c.byDevice[device.NormalizeID(ref)]; ok {
 		return v, nil
 	}
 	if v, ok := c.byDevice[ref]; ok {

@@ -3,7 +3,6 @@ package tools
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
@@ -40,7 +40,7 @@ type frontHandler struct {
 	stateful  http.Handler
 	stateless http.Handler
 	origins   []originRule
-	tokens    [][]byte
+	tokens    bearer.Tokens
 	limiter   *rateLimiter
 	tracker   *sessionTracker
 }
@@ -51,9 +51,7 @@ func newFrontHandler(s *Server) *frontHandler {
 		r, _ := parseOriginRule(o) // validated by New
 		h.origins = append(h.origins, r)
 	}
-	for _, t := range s.opts.Tokens {
-		h.tokens = append(h.tokens, []byte(t))
-	}
+	h.tokens = bearer.New(s.opts.Tokens)
 	if s.opts.RateLimit > 0 {
 		h.limiter = newRateLimiter(s.opts.RateLimit, s.opts.RateBurst)
 	}
@@ -79,7 +77,7 @@ func newFrontHandler(s *Server) *frontHandler {
 		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
 		Logger:                       sdkLog,
 	})
-	if len(h.tokens) > 0 {
+	if !h.tokens.Empty() {
 		// Bind sessions to the token that opened them, so one token's
 		// holder cannot use another's session id.
 		bearer := auth.RequireBearerToken(h.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
@@ -251,33 +249,18 @@ func idKey(raw json.RawMessage) string {
 // authorize checks the bearer token when tokens are configured. It returns
 // the token (for rate-limit keys) and whether the request may proceed.
 func (h *frontHandler) authorize(r *http.Request) (string, bool) {
-	if len(h.tokens) == 0 {
+	if h.tokens.Empty() {
 		return "", true
 	}
-	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	if h.tokenIndex(token) < 0 {
+	token, ok := bearer.FromHeader(r.Header.Get("Authorization"))
+	if !ok || h.tokens.Index(token) < 0 {
 		return "", false
 	}
 	return token, true
 }
 
-// tokenIndex compares in constant time against every configured token.
-func (h *frontHandler) tokenIndex(token string) int {
-	found := -1
-	for i, t := range h.tokens {
-		if subtle.ConstantTimeCompare(t, []byte(token)) == 1 {
-			found = i
-		}
-	}
-	return found
-}
-
 func (h *frontHandler) verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-	i := h.tokenIndex(token)
+	i := h.tokens.Index(token)
 	if i < 0 {
 		return nil, auth.ErrInvalidToken
 	}

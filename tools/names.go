@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/device"
 )
 
 // Limits of upstream tool names. The strictest common hosts accept
@@ -94,47 +96,13 @@ func withSuffix(s, hash string, max int) string {
 // "dev_" and the last three bytes of its MAC in hex (aa:bb:cc:dd:ee:ff gives
 // dev_ddeeff). A device id that is not a MAC is sanitized instead.
 func DefaultAlias(deviceID string) string {
-	if hexDigits, ok := macHex(deviceID); ok {
+	if hexDigits, ok := device.MACDigits(deviceID); ok {
 		return "dev_" + hexDigits[len(hexDigits)-6:]
 	}
 	if a := truncate(sanitize(deviceID), maxAliasLen); a != "" {
 		return a
 	}
 	return "dev_" + shortHash(deviceID)
-}
-
-// macHex returns the 12 hex digits of a MAC written with ':' or '-'
-// separators (or none), lower-cased.
-func macHex(id string) (string, bool) {
-	s := strings.ToLower(strings.NewReplacer(":", "", "-", "").Replace(id))
-	if len(s) != 12 {
-		return "", false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", false
-		}
-	}
-	return s, true
-}
-
-// NormalizeDeviceID lower-cases a MAC and writes it with ':' separators, so
-// that aliases configured as AA-BB-CC-DD-EE-FF match the Hub's ids. Other
-// ids are returned unchanged.
-func NormalizeDeviceID(id string) string {
-	h, ok := macHex(id)
-	if !ok {
-		return id
-	}
-	var b strings.Builder
-	for i := 0; i < 12; i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		b.WriteString(h[i : i+2])
-	}
-	return b.String()
 }
 
 // toolPart is the device tool's contribution to an upstream name: the

@@ -32,12 +32,6 @@ func TestDefaultAlias(t *testing.T) {
 	}
 }
 
-func TestNormalizeDeviceID(t *testing.T) {
-	assert.Equal(t, "aa:bb:cc:dd:ee:ff", NormalizeDeviceID("AA-BB-CC-DD-EE-FF"))
-	assert.Equal(t, "aa:bb:cc:dd:ee:ff", NormalizeDeviceID("aabbccddeeff"))
-	assert.Equal(t, "not-a-mac", NormalizeDeviceID("not-a-mac"))
-}
-
 func TestToolPart(t *testing.T) {
 	for _, tc := range []struct{ tool, want string }{
 		{"self.audio_speaker.set_volume", "audio_speaker_set_volume"},

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -194,7 +195,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	opts.fill()
 	aliases := make(map[string]string, len(opts.Aliases))
 	for id, a := range opts.Aliases {
-		aliases[NormalizeDeviceID(strings.TrimSpace(id))] = a
+		aliases[device.NormalizeID(strings.TrimSpace(id))] = a
 	}
 	opts.Aliases = aliases
 
@@ -376,7 +377,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 			return next(ctx, method, req)
 		}
 		cat := s.cat.Load()
-		label := fmt.Sprintf("%q (%s, %s)", t.alias, cmpOr(t.board, "board"), t.deviceID)
+		label := fmt.Sprintf("%q (%s, %s)", t.alias, cmp.Or(t.board, "board"), t.deviceID)
 		s.log.Info("call to a withdrawn tool", zap.String("device_id", t.deviceID), zap.String("tool", t.tool),
 			zap.String("name", p.Name))
 		v, present := cat.byDevice[t.deviceID]
@@ -394,13 +395,6 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 				boardLabel(v), t.tool), nil
 		}
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // toolHandler runs a published board tool.
@@ -463,7 +457,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 }
 
 func (e *entry) label() string {
-	return fmt.Sprintf("%q (%s, %s)", e.alias, cmpOr(e.board, "board"), e.deviceID)
+	return fmt.Sprintf("%q (%s, %s)", e.alias, cmp.Or(e.board, "board"), e.deviceID)
 }
 
 // heartbeat sends notifications/progress every ProgressInterval while the

@@ -189,7 +189,7 @@ func readError(err error) error {
 	switch {
 	case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway):
 		return fmt.Errorf("device closed the connection: %w", err)
-	case asCloseError(err, &ce) && ce.Code == websocket.CloseMessageTooBig:
+	case errors.As(err, &ce) && ce.Code == websocket.CloseMessageTooBig:
 		return fmt.Errorf("device sent a message over the size limit: %w", err)
 	case errors.Is(err, websocket.ErrReadLimit):
 		return fmt.Errorf("device sent a message over the size limit: %w", err)
@@ -198,12 +198,4 @@ func readError(err error) error {
 		return fmt.Errorf("device stopped answering pings: %w", err)
 	}
 	return fmt.Errorf("connection lost: %w", err)
-}
-
-func asCloseError(err error, target **websocket.CloseError) bool {
-	ce, ok := err.(*websocket.CloseError)
-	if ok {
-		*target = ce
-	}
-	return ok
 }

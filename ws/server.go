@@ -3,7 +3,6 @@ package ws
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/bearer"
 )
 
 // TransportName is the device.Identity transport of WebSocket boards.
@@ -45,6 +44,7 @@ type Server struct {
 	hub      *device.Hub
 	log      *zap.Logger
 	upgrader websocket.Upgrader
+	tokens   bearer.Tokens
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -62,7 +62,7 @@ func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, hub: hub, log: logger, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, hub: hub, log: logger, conns: map[*conn]struct{}{}, tokens: bearer.New(cfg.Tokens)}
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		CheckOrigin: func(r *http.Request) bool {
@@ -121,8 +121,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = wsConn.Close()
 		return
 	}
-	go func() { defer s.wg.Done(); c.readLoop() }()
-	go func() { defer s.wg.Done(); c.writeLoop(); s.untrack(c) }()
+	readDone := make(chan struct{})
+	go func() { defer s.wg.Done(); c.readLoop(); close(readDone) }()
+	go func() {
+		defer s.wg.Done()
+		c.writeLoop() // closes the socket on its way out, which ends readLoop
+		<-readDone
+		s.untrack(c) // both loops are done: the counters are final
+	}()
 
 	id := device.Identity{
 		DeviceID:   deviceID,
@@ -190,23 +196,15 @@ func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
 // Boards prefix "Bearer " unless the token already contains a space, in
 // which case it is sent as is.
 func (s *Server) authorized(header string) bool {
-	if len(s.cfg.Tokens) == 0 {
+	if s.tokens.Empty() {
 		return true
 	}
-	got := header
-	if rest, ok := strings.CutPrefix(header, "Bearer "); ok {
-		got = rest
-	}
-	ok := false
-	for _, t := range s.cfg.Tokens {
-		// Compare against both forms without short-circuiting, so the time
-		// taken does not reveal which token nearly matched.
-		if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 ||
-			subtle.ConstantTimeCompare([]byte(header), []byte(t)) == 1 {
-			ok = true
-		}
-	}
-	return ok
+	// Check both forms, without short-circuiting, so the time taken does
+	// not tell them apart.
+	bearerTok, isBearer := bearer.FromHeader(header)
+	asBearer := s.tokens.Index(bearerTok)
+	asIs := s.tokens.Index(header)
+	return (isBearer && asBearer >= 0) || asIs >= 0
 }
 
 func (s *Server) track(c *conn) bool {
@@ -221,12 +219,14 @@ func (s *Server) track(c *conn) bool {
 }
 
 func (s *Server) untrack(c *conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+	// Fold the counters in before the connection stops counting as active,
+	// so Stats never shows it in neither place.
 	s.textIn.Add(c.textIn.Load())
 	s.binaryIn.Add(c.binaryIn.Load())
 	s.textOut.Add(c.textOut.Load())
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
 	if ce := c.log.Check(zap.DebugLevel, "websocket closed"); ce != nil {
 		ce.Write(zap.NamedError("reason", c.Err()), zap.Int64("text_in", c.textIn.Load()),
 			zap.Int64("binary_in", c.binaryIn.Load()), zap.Int64("text_out", c.textOut.Load()))
