@@ -38,6 +38,10 @@ type mqttServer struct {
 	connects   []packets.Packet
 	subscribes []packets.Packet
 	publishes  []packets.Packet // uplink, as received
+	// established counts sessions subscribed to "down/#". mochi sends the
+	// CONNACK before that hook runs, so a board can be connected before
+	// the broker would deliver to it.
+	established int
 }
 
 func (s *mqttServer) ID() string { return "recorder" }
@@ -82,6 +86,9 @@ func (s *mqttServer) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	sub := packets.Subscription{Filter: "down/#"}
 	s.srv.Topics.Subscribe(cl.ID, sub)
 	cl.State.Subscriptions.Add(sub.Filter, sub)
+	s.mu.Lock()
+	s.established++
+	s.mu.Unlock()
 }
 
 func startMQTTServer(t *testing.T) (*mqttServer, string) {
@@ -120,6 +127,11 @@ func (s *mqttServer) waitUplink(n int) packets.Packet {
 // down publishes a server message that reaches every board.
 func (s *mqttServer) down(payload string) {
 	s.t.Helper()
+	waitFor(s.t, "every connected board to be subscribed to the downlink", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.established >= len(s.connects)
+	})
 	require.NoError(s.t, s.srv.Publish("down/any/topic", []byte(payload), false, 0))
 }
 
