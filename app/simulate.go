@@ -31,7 +31,9 @@ func (a *App) startSimulators(_ context.Context) error {
 		Count:     n,
 		Token:     token,
 		Reconnect: true,
-		Logger:    a.log.Named("simulator").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+		// Only errors: the bridge already logs what happens to these boards,
+		// and at shutdown each would otherwise warn that it is reconnecting.
+		Logger: a.log.Named("simulator").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
 	})
 	if err != nil {
 		return fmt.Errorf("simulated boards: %w", err)
