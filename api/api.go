@@ -6,7 +6,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/bearer"
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 // DefaultMaxBodyBytes bounds a call request body.
@@ -79,10 +77,17 @@ type CallRequest struct {
 
 // ErrorBody is every error response: {"error":{"code":..,"message":..}}.
 type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the error object. Problems and Example come with
+// invalid_arguments, Tools with unknown_tool.
+type ErrorDetail struct {
+	Code     string          `json:"code"`
+	Message  string          `json:"message"`
+	Problems []string        `json:"problems,omitempty"`
+	Example  json.RawMessage `json:"example,omitempty"`
+	Tools    []string        `json:"tools,omitempty"`
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -128,8 +133,22 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", time.Since(start)))
 	if err != nil {
 		status, code := classify(err)
-		log.Info("control call failed", zap.Int("status", status), zap.Error(err))
-		writeError(w, status, code, err.Error())
+		log.Info("control call failed", zap.Int("status", status), zap.String("code", code), zap.Error(err))
+		detail := ErrorDetail{Code: code, Message: err.Error()}
+		var argErr *device.ArgumentsError
+		var toolErr *device.UnknownToolError
+		switch {
+		case errors.As(err, &argErr):
+			for _, p := range argErr.Invalid.Problems {
+				detail.Problems = append(detail.Problems, p.Msg)
+			}
+			if json.Valid([]byte(argErr.Invalid.Example)) {
+				detail.Example = json.RawMessage(argErr.Invalid.Example)
+			}
+		case errors.As(err, &toolErr):
+			detail.Tools = toolErr.Known
+		}
+		writeErrorDetail(w, status, detail)
 		return
 	}
 	log.Debug("control call done")
@@ -158,25 +177,31 @@ func parseCall(body []byte) (CallRequest, error) {
 	return req, nil
 }
 
-// classify maps a call error to an HTTP status and a stable error code.
+// classify maps a call error to an HTTP status and a stable error code,
+// from the device layer's one vocabulary (device.Code).
 func classify(err error) (int, string) {
-	var devErr *mcpclient.DeviceError
-	switch {
-	case errors.Is(err, device.ErrUnknownDevice):
+	switch device.CodeOf(err) {
+	case device.CodeUnknownDevice:
 		return http.StatusNotFound, "unknown_device"
-	case errors.Is(err, device.ErrNotReady):
+	case device.CodeUnknownTool:
+		return http.StatusNotFound, "unknown_tool"
+	case device.CodeInvalidArguments:
+		return http.StatusUnprocessableEntity, "invalid_arguments"
+	case device.CodeNotReady:
 		return http.StatusConflict, "device_not_ready"
-	case errors.Is(err, device.ErrNoMCP):
+	case device.CodeNoMCP:
 		return http.StatusConflict, "device_without_mcp"
-	case errors.Is(err, mcpclient.ErrTimeout):
+	case device.CodeTimeout:
 		return http.StatusGatewayTimeout, "device_timeout"
-	case errors.Is(err, mcpclient.ErrBusy):
+	case device.CodeBusy:
 		return http.StatusServiceUnavailable, "device_busy"
-	case errors.As(err, &devErr):
+	case device.CodeDeviceError:
 		return http.StatusBadGateway, "device_error"
-	case errors.Is(err, device.ErrOffline):
+	case device.CodeOffline:
 		return http.StatusBadGateway, "device_disconnected"
-	case errors.Is(err, context.Canceled):
+	case device.CodeShuttingDown:
+		return http.StatusServiceUnavailable, "shutting_down"
+	case device.CodeCanceled:
 		return 499, "client_closed_request"
 	}
 	return http.StatusBadGateway, "device_failure"
@@ -215,10 +240,59 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	var b ErrorBody
-	b.Error.Code, b.Error.Message = code, msg
+	writeErrorDetail(w, status, ErrorDetail{Code: code, Message: msg})
+}
+
+func writeErrorDetail(w http.ResponseWriter, status int, d ErrorDetail) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, status, b)
+	writeJSON(w, status, ErrorBody{Error: d})
+}
+
+// JSONErrors wraps the control listener's mux so that requests no route
+// matches get the documented JSON error body (404 not_found, or 405
+// method_not_allowed with an Allow header) instead of ServeMux's plain
+// text. Routes that match are served as they are.
+func JSONErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// Let the mux decide 404 versus 405 (and redirects), keeping only
+		// its status and headers.
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusNotFound:
+			writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s (see /api/devices, /mcp, /healthz)", r.Method, r.URL.Path))
+		case http.StatusMethodNotAllowed:
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+		default:
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// statusRecorder keeps a handler's status and headers and drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
 }

@@ -2,16 +2,18 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 func TestClassify(t *testing.T) {
@@ -23,11 +25,14 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: x", device.ErrUnknownDevice), http.StatusNotFound, "unknown_device"},
 		{fmt.Errorf("%w: still initializing", device.ErrNotReady), http.StatusConflict, "device_not_ready"},
 		{device.ErrNoMCP, http.StatusConflict, "device_without_mcp"},
-		{fmt.Errorf("tools/call: %w", mcpclient.ErrTimeout), http.StatusGatewayTimeout, "device_timeout"},
-		{mcpclient.ErrBusy, http.StatusServiceUnavailable, "device_busy"},
-		{&mcpclient.DeviceError{Method: "tools/call", Message: "Unknown tool: x"}, http.StatusBadGateway, "device_error"},
-		{fmt.Errorf("%w: %w", device.ErrOffline, mcpclient.ErrDisconnected), http.StatusBadGateway, "device_disconnected"},
+		{fmt.Errorf("tools/call: %w", device.ErrTimeout), http.StatusGatewayTimeout, "device_timeout"},
+		{device.ErrBusy, http.StatusServiceUnavailable, "device_busy"},
+		{&device.DeviceError{Method: "tools/call", Message: "Unknown tool: x"}, http.StatusBadGateway, "device_error"},
+		{fmt.Errorf("%w: %w", device.ErrOffline, device.ErrDisconnected), http.StatusBadGateway, "device_disconnected"},
 		{context.Canceled, 499, "client_closed_request"},
+		{&device.UnknownToolError{Tool: "x", Known: []string{"a"}}, http.StatusNotFound, "unknown_tool"},
+		{&device.ArgumentsError{Tool: "x", Invalid: &argcheck.Invalid{}}, http.StatusUnprocessableEntity, "invalid_arguments"},
+		{fmt.Errorf("%w: x", device.ErrShutdown), http.StatusServiceUnavailable, "shutting_down"},
 		{errors.New("something else"), http.StatusBadGateway, "device_failure"},
 	}
 	for _, tt := range tests {
@@ -48,4 +53,42 @@ func TestParseCall(t *testing.T) {
 		_, err := parseCall([]byte(bad))
 		assert.Error(t, err, bad)
 	}
+}
+
+// TestJSONErrorsForUnknownRoutes: ServeMux answers unknown paths and
+// methods in plain text; the control listener answers the documented JSON.
+func TestJSONErrorsForUnknownRoutes(t *testing.T) {
+	mux := http.NewServeMux()
+	New(device.NewHub(device.HubConfig{}, nil), Options{}, nil).Register(mux)
+	srv := httptest.NewServer(JSONErrors(mux))
+	defer srv.Close()
+
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{http.MethodGet, "/api/nope", http.StatusNotFound, "not_found"},
+		{http.MethodGet, "/", http.StatusNotFound, "not_found"},
+		{http.MethodDelete, "/api/devices", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{http.MethodGet, "/api/devices/x/call", http.StatusMethodNotAllowed, "method_not_allowed"},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var body ErrorBody
+		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), tc.path)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body), tc.path)
+		resp.Body.Close()
+		assert.Equal(t, tc.status, resp.StatusCode, tc.path)
+		assert.Equal(t, tc.code, body.Error.Code, tc.path)
+		if tc.status == http.StatusMethodNotAllowed {
+			assert.NotEmpty(t, resp.Header.Get("Allow"))
+		}
+	}
+	resp, err := http.Get(srv.URL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "matched routes are served as they are")
 }

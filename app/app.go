@@ -118,7 +118,7 @@ func (a *App) Start(ctx context.Context) error {
 		a.closeListeners()
 		return fmt.Errorf("mcp: %w", err)
 	}
-	a.controlSrv = &http.Server{Handler: controlMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
+	a.controlSrv = &http.Server{Handler: api.JSONErrors(controlMux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")
@@ -151,13 +151,18 @@ func (a *App) closeListeners() {
 	_ = a.controlLn.Close()
 }
 
-// Shutdown stops the bridge in order: end long-lived upstream streams, stop
+// Shutdown stops the bridge in order: answer calls in flight with a
+// shutting-down error, end long-lived upstream streams, stop
 // accepting devices and upstream requests (in-flight control requests may
 // finish), run the registered
 // shutdown steps (upstream server, MQTT, simulators), close every device
 // session with a reason, then wait for all goroutines. It is bounded by ctx.
 func (a *App) Shutdown(ctx context.Context) error {
 	var errs []error
+	// First answer every call in flight ("bridge shutting down") and refuse
+	// new ones, so that draining the listeners below does not wait for
+	// boards to finish long tools.
+	a.Hub.Drain()
 	a.mu.Lock()
 	drain := a.drain
 	a.drain = nil

@@ -192,8 +192,9 @@ func TestControlAPIErrors(t *testing.T) {
 		code             string
 	}{
 		{"unknown device", "/api/devices/ff:ff:ff:ff:ff:ff/call", `{"name":"self.get_device_status"}`, 404, "unknown_device"},
-		{"device error", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":300}}`, 502, "device_error"},
-		{"unknown tool", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.nope"}`, 502, "device_error"},
+		{"out of range: checked before the board", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":300}}`, 422, "invalid_arguments"},
+		{"missing argument", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.audio_speaker.set_volume"}`, 422, "invalid_arguments"},
+		{"unknown tool", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.nope"}`, 404, "unknown_tool"},
 		{"timeout", "/api/devices/aa:00:00:00:00:01/call", `{"name":"self.lamp.turn_on"}`, 504, "device_timeout"},
 		{"board without mcp", "/api/devices/aa:00:00:00:00:02/call", `{"name":"self.lamp.turn_on"}`, 409, "device_without_mcp"},
 		{"no name", "/api/devices/aa:00:00:00:00:01/call", `{"arguments":{}}`, 400, "bad_request"},
@@ -289,4 +290,53 @@ func TestShippedConfigLoads(t *testing.T) {
 	cfg, err := app.ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})
 	require.NoError(t, err)
 	assert.Equal(t, app.Default().DeviceListen, cfg.DeviceListen)
+}
+
+// TestShutdownAnswersCallsInFlight: stopping the bridge while a board is
+// still running a tool answers the caller with a clear shutting-down error
+// and finishes the shutdown, instead of waiting for the board until the
+// shutdown deadline and leaving the caller with an empty reply.
+func TestShutdownAnswersCallsInFlight(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.Devices.CallTimeout = 10 * time.Minute
+	a, err := app.New(cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	base := "http://" + a.ControlAddr().String()
+
+	profile, err := simulator.LoadProfile("breadboard")
+	require.NoError(t, err)
+	c := simulator.Config{MAC: "aa:00:00:00:00:21", Profile: profile,
+		ToolDelay: map[string]time.Duration{"self.lamp.turn_on": 10 * time.Minute}}
+	board, err := simulator.NewBoard(c)
+	require.NoError(t, err)
+	defer board.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, board.ConnectWebSocket(ctx, a.DeviceURL()))
+	waitReady(t, base, 1)
+
+	before := board.Stats().TextReceived
+	type reply struct {
+		status int
+		body   api.ErrorBody
+	}
+	replies := make(chan reply, 1)
+	go func() {
+		var r reply
+		r.status = postJSON(t, base+"/api/devices/aa:00:00:00:00:21/call", `{"name":"self.lamp.turn_on"}`, &r.body)
+		replies <- r
+	}()
+	require.Eventually(t, func() bool { return board.Stats().TextReceived > before }, 10*time.Second, 5*time.Millisecond,
+		"the call reached the board")
+
+	// A deadline far beyond what a shutdown needs, far below the tool's.
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	require.NoError(t, a.Shutdown(sctx))
+	r := <-replies
+	assert.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, "shutting_down", r.body.Error.Code)
+	assert.Contains(t, r.body.Error.Message, "bridge shutting down")
 }

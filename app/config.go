@@ -13,7 +13,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -55,7 +54,7 @@ type DevicesConfig struct {
 	MaxPages       int                      `yaml:"max_pages"`
 	MaxTools       int                      `yaml:"max_tools"`
 	// Vision is handed to camera boards in initialize.
-	Vision *mcpclient.Vision `yaml:"vision"`
+	Vision *device.Vision `yaml:"vision"`
 }
 
 // ControlConfig secures the control API.
@@ -77,7 +76,7 @@ func Default() Config {
 		ControlListen:   "127.0.0.1:8080",
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
-		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: mcpclient.DefaultToolTimeouts()},
+		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts()},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
@@ -134,7 +133,7 @@ func (c Config) Validate() error {
 func (c Config) hubConfig(version string) device.HubConfig {
 	d := c.Devices
 	return device.HubConfig{
-		Client: mcpclient.Options{
+		Client: device.ClientOptions{
 			ClientName:     "devicebridge",
 			ClientVersion:  version,
 			Vision:         d.Vision,
@@ -171,32 +170,73 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 // ParseArgs builds the configuration from defaults, an optional --config
 // file and flags, in that order of precedence (flags win).
 func ParseArgs(name string, args []string) (Config, error) {
+	// The file is the base layer and the flags the overlay: load the file
+	// named by --config first, then parse the flags once over it.
 	cfg := Default()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var path string
-	fs.StringVar(&path, "config", "", "YAML config file (see configs/bridge.yaml)")
-	RegisterFlags(fs, &cfg)
-	// First pass finds --config; the file then loads over the defaults, and
-	// the second pass re-applies the flags on top of the file.
-	if err := fs.Parse(args); err != nil {
+	path, err := configPath(args)
+	if err != nil {
 		return cfg, err
 	}
 	if path != "" {
-		cfg = Default()
 		if err := LoadFile(path, &cfg); err != nil {
 			return cfg, err
 		}
-		fs2 := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs2.StringVar(&path, "config", path, "")
-		RegisterFlags(fs2, &cfg)
-		if err := fs2.Parse(args); err != nil {
-			return cfg, err
-		}
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.String("config", path, "YAML config file (see configs/bridge.yaml)")
+	version := fs.Bool("version", false, "print the version and exit")
+	RegisterFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *version {
+		return cfg, ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	return cfg, cfg.Validate()
+}
+
+// ErrVersion is returned by ParseArgs for --version.
+var ErrVersion = errors.New("version requested")
+
+// configPath finds --config (or -config) in args the way the flag package
+// would read it: it knows which flags take a value, and stops at the first
+// non-flag argument or "--".
+func configPath(args []string) (string, error) {
+	var scratch Config
+	known := flag.NewFlagSet("scan", flag.ContinueOnError)
+	RegisterFlags(known, &scratch)
+	path := ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if hasValue {
+			if name == "config" {
+				path = value
+			}
+			continue
+		}
+		if name == "config" {
+			if i+1 >= len(args) {
+				return "", errors.New("flag needs an argument: -config")
+			}
+			i++
+			path = args[i]
+			continue
+		}
+		if f := known.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+			i++ // the flag's value
+		}
+	}
+	return path, nil
 }
 
 // stringList is a repeatable string flag; each use adds to the list the

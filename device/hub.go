@@ -1,10 +1,12 @@
 package device
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -35,6 +37,40 @@ type HubConfig struct {
 	ReadyWait   time.Duration
 	// SubscriptionBuffer bounds each subscriber's backlog.
 	SubscriptionBuffer int
+	// Flapping decides when two live connections that keep replacing each
+	// other under one device id are stopped.
+	Flapping FlapPolicy
+	// Observer, when set, is told about sessions and calls (for metrics).
+	Observer Observer
+}
+
+// FlapPolicy: when a live session is replaced more than Limit times within
+// Window, the next newcomers with that device id are refused for Backoff
+// (doubling while the flapping goes on, up to 16×). A board that merely
+// reconnects after losing its connection replaces a dead session, which
+// never counts.
+type FlapPolicy struct {
+	Limit   int           `yaml:"limit"`
+	Window  time.Duration `yaml:"window"`
+	Backoff time.Duration `yaml:"backoff"`
+}
+
+// Defaults for FlapPolicy.
+const (
+	DefaultFlapLimit   = 3
+	DefaultFlapWindow  = time.Minute
+	DefaultFlapBackoff = 30 * time.Second
+)
+
+// Observer receives what the Hub does. Calls happen on the Hub's paths, so
+// implementations must be quick and must not call back into the Hub.
+type Observer interface {
+	// SessionOpened: a board attached.
+	SessionOpened(id Identity)
+	// SessionClosed: a session ended; info carries CloseCause.
+	SessionClosed(info Info)
+	// CallDone: a tool call ended; code is "" on success.
+	CallDone(transport string, code Code, took time.Duration)
 }
 
 // Hub holds one Session per board.
@@ -48,6 +84,19 @@ type Hub struct {
 	gen      uint64
 	closed   bool
 	wg       sync.WaitGroup // one per running session
+	// flaps tracks device ids whose live sessions keep being replaced.
+	flaps map[string]*flapState
+
+	// draining ends when Drain is called: calls in flight are answered
+	// with ErrShutdown and new ones refused.
+	draining context.Context
+	drain    context.CancelCauseFunc
+}
+
+type flapState struct {
+	replaced     []time.Time // recent replacements of a live session
+	refusedUntil time.Time
+	strikes      int // consecutive back-offs, doubling the next
 }
 
 // NewHub creates an empty Hub. logger may be nil.
@@ -61,24 +110,40 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 	if cfg.SubscriptionBuffer <= 0 {
 		cfg.SubscriptionBuffer = DefaultSubscriptionBuffer
 	}
+	cfg.Flapping.Limit = cmp.Or(cfg.Flapping.Limit, DefaultFlapLimit)
+	cfg.Flapping.Window = cmp.Or(cfg.Flapping.Window, DefaultFlapWindow)
+	cfg.Flapping.Backoff = cmp.Or(cfg.Flapping.Backoff, DefaultFlapBackoff)
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Hub{cfg: cfg, log: logger, sessions: map[string]*Session{}, subs: map[*Subscription]struct{}{}}
+	h := &Hub{cfg: cfg, log: logger, sessions: map[string]*Session{}, subs: map[*Subscription]struct{}{},
+		flaps: map[string]*flapState{}}
+	h.draining, h.drain = context.WithCancelCause(context.Background())
+	return h
 }
 
 // Attach starts a session for a board whose handshake is done. A session
-// already open for the same device id is closed with ErrReplaced first.
+// already open for the same device id is closed with ErrReplaced first,
+// unless the two have been replacing each other (see FlapPolicy): then the
+// newcomer is refused with ErrFlapping and the current session stays.
 func (h *Hub) Attach(link Link, id Identity) (*Session, error) {
 	if id.DeviceID == "" {
 		link.Close(errors.New("no device id"))
 		return nil, errors.New("device: attach without a device id")
 	}
 	h.mu.Lock()
-	if h.closed {
+	if h.closed || h.draining.Err() != nil {
 		h.mu.Unlock()
 		link.Close(ErrShutdown)
 		return nil, ErrHubClosed
+	}
+	old := h.sessions[id.DeviceID]
+	if old != nil {
+		if err := h.checkFlapLocked(old, id); err != nil {
+			h.mu.Unlock()
+			link.Close(err)
+			return nil, err
+		}
 	}
 	h.gen++
 	s := &Session{
@@ -89,22 +154,71 @@ func (h *Hub) Attach(link Link, id Identity) (*Session, error) {
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	old := h.sessions[id.DeviceID]
 	h.sessions[id.DeviceID] = s
 	if old != nil {
 		gone := old.Info()
-		gone.State, gone.CloseReason = StateClosed, ErrReplaced.Error()
+		gone.State, gone.CloseReason, gone.CloseCause = StateClosed, ErrReplaced.Error(), CauseReplaced
 		h.publishLocked(Event{Type: EventOffline, DeviceID: id.DeviceID, Info: gone})
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
 
+	if h.cfg.Observer != nil {
+		h.cfg.Observer.SessionOpened(id)
+	}
 	if old != nil {
-		old.log.Info("device reconnected; closing the older session")
 		old.link.Close(ErrReplaced)
 	}
 	go s.run()
 	return s, nil
+}
+
+// checkFlapLocked decides whether a newcomer may replace the live or dead
+// session old. Replacing a dead session (a board back after losing its
+// link) is always fine; replacing a live one is logged as a warning naming
+// both ends, and refused once it happens too often.
+func (h *Hub) checkFlapLocked(old *Session, id Identity) error {
+	select {
+	case <-old.link.Done():
+		old.log.Info("device reconnected; its previous connection had already closed")
+		return nil
+	default:
+	}
+	now := time.Now()
+	p := h.cfg.Flapping
+	f := h.flaps[id.DeviceID]
+	if f == nil {
+		f = &flapState{}
+		h.flaps[id.DeviceID] = f
+	}
+	oldAddr := old.Info().RemoteAddr
+	if now.Before(f.refusedUntil) {
+		h.log.Debug("refusing a connection for a flapping device id", zap.String("device_id", id.DeviceID),
+			zap.String("remote", id.RemoteAddr), zap.Time("until", f.refusedUntil))
+		return fmt.Errorf("%w: %s is held by %s; retry after %s", ErrFlapping, id.DeviceID, oldAddr,
+			f.refusedUntil.Format(time.RFC3339))
+	}
+	f.replaced = slices.DeleteFunc(f.replaced, func(t time.Time) bool { return now.Sub(t) > p.Window })
+	f.replaced = append(f.replaced, now)
+	if len(f.replaced) > p.Limit {
+		backoff := p.Backoff << min(f.strikes, 4)
+		f.strikes++
+		f.refusedUntil = now.Add(backoff)
+		f.replaced = f.replaced[:0]
+		h.log.Warn("two live connections keep replacing each other under one device id (a cloned MAC, or a board "+
+			"reconnecting through two networks); refusing newcomers for a while",
+			zap.String("device_id", id.DeviceID), zap.String("kept_remote", oldAddr),
+			zap.String("refused_remote", id.RemoteAddr), zap.Duration("backoff", backoff))
+		return fmt.Errorf("%w: %s is held by %s; retry in %v", ErrFlapping, id.DeviceID, oldAddr, backoff)
+	}
+	if len(f.replaced) == 1 && now.After(f.refusedUntil.Add(p.Window)) {
+		f.strikes = 0 // quiet for a while: forgive earlier back-offs
+	}
+	h.log.Warn("a second live connection claims this device id; replacing the older one",
+		zap.String("device_id", id.DeviceID), zap.String("old_remote", oldAddr),
+		zap.String("new_remote", id.RemoteAddr), zap.String("old_transport", old.info.Transport),
+		zap.String("new_transport", id.Transport))
+	return nil
 }
 
 // Session returns the current session of a device.
@@ -134,12 +248,49 @@ func (h *Hub) Devices() []Info {
 // CallTool calls a tool on a device, waiting (up to ReadyWait, and within
 // ctx) for a board that is still initializing. If the board reconnects while
 // the call waits, the call follows it to the new session.
-func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.RawMessage) (*mcpclient.CallResult, error) {
-	s, err := h.readySession(ctx, deviceID)
-	if err != nil {
-		return nil, err
+//
+// While the Hub drains (see Drain), calls are refused, and calls in flight
+// return at once with an error wrapping ErrShutdown.
+func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.RawMessage) (*CallResult, error) {
+	start := time.Now()
+	transport := ""
+	res, err := h.callTool(ctx, deviceID, tool, args, &transport)
+	if h.cfg.Observer != nil {
+		h.cfg.Observer.CallDone(transport, CodeOf(err), time.Since(start))
 	}
-	return s.CallTool(ctx, tool, args)
+	return res, err
+}
+
+func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.RawMessage, transport *string) (*CallResult, error) {
+	if h.draining.Err() != nil {
+		return nil, fmt.Errorf("%w: %s was not sent", ErrShutdown, tool)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(h.draining, func() { cancel(ErrShutdown) })
+	defer stop()
+
+	s, err := h.readySession(ctx, deviceID)
+	if err == nil {
+		*transport = s.info.Transport
+		var res *CallResult
+		res, err = s.CallTool(ctx, tool, args)
+		if err == nil {
+			return res, nil
+		}
+	}
+	if errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(err, ErrShutdown) {
+		return nil, fmt.Errorf("%w while %s ran; its outcome is unknown: %w", ErrShutdown, tool, err)
+	}
+	return nil, err
+}
+
+// Drain starts shutting down: new calls and new boards are refused, and
+// every call in flight returns at once with an error wrapping ErrShutdown,
+// so callers get an answer instead of waiting for their boards. Sessions
+// stay open until Close. It is idempotent.
+func (h *Hub) Drain() {
+	h.drain(ErrShutdown)
 }
 
 func (h *Hub) readySession(ctx context.Context, deviceID string) (*Session, error) {
@@ -216,6 +367,7 @@ func (h *Hub) remove(s *Session) {
 // Close closes every session with ErrShutdown and waits for them to end,
 // or for ctx. Later Attach calls fail with ErrHubClosed.
 func (h *Hub) Close(ctx context.Context) error {
+	h.Drain()
 	h.mu.Lock()
 	h.closed = true
 	list := make([]*Session, 0, len(h.sessions))

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/testlink"
@@ -294,4 +296,129 @@ func TestHubCloseClosesSessionsWithReason(t *testing.T) {
 	assert.Equal(t, ErrShutdown.Error(), s.Info().CloseReason)
 	_, err = h.Attach(link, Identity{DeviceID: "x", HasMCP: true})
 	require.ErrorIs(t, err, ErrHubClosed)
+}
+
+// TestBoardWithoutMCPIsDrained: a board that announced no MCP still has its
+// messages read, so a transport's inbound queue never fills and stops its
+// reader (which would leave pings unanswered).
+func TestBoardWithoutMCPIsDrained(t *testing.T) {
+	h := newHub(t)
+	bridge, end := testlink.Pair(4)
+	defer end.Close(nil)
+	_, err := h.Attach(bridge, Identity{DeviceID: "aa:bb:cc:dd:ee:08", HasMCP: false})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 100 {
+		require.NoError(t, end.Send(ctx, []byte(`{"session_id":"","type":"listen","state":"detect"}`)),
+			"message %d: the bridge stopped reading a board without MCP", i)
+	}
+}
+
+// TestDrainAnswersCallsInFlight: Drain answers a call the board has not
+// replied to with ErrShutdown at once, and refuses new calls and boards.
+func TestDrainAnswersCallsInFlight(t *testing.T) {
+	h := newHub(t)
+	b, link := startBoard(t, twoTools)
+	b.hold = make(chan struct{})
+	defer close(b.hold)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:09", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+
+	errs := make(chan error, 1)
+	go func() {
+		_, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:09", "self.get_device_status", nil)
+		errs <- err
+	}()
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.calls == 1 }, 10*time.Second, 5*time.Millisecond)
+	h.Drain()
+	select {
+	case err := <-errs:
+		require.ErrorIs(t, err, ErrShutdown)
+		assert.Equal(t, CodeShuttingDown, CodeOf(err))
+		assert.Contains(t, err.Error(), "outcome is unknown")
+	case <-ctx.Done():
+		t.Fatal("Drain did not answer the call in flight")
+	}
+	_, err = h.CallTool(ctx, "aa:bb:cc:dd:ee:09", "self.get_device_status", nil)
+	assert.Equal(t, CodeShuttingDown, CodeOf(err))
+	_, other := testlink.Pair(1)
+	_, err = h.Attach(other, Identity{DeviceID: "aa:bb:cc:dd:ee:10", HasMCP: true})
+	require.ErrorIs(t, err, ErrHubClosed)
+}
+
+// TestCallChecksToolAndArguments: unknown tools and invalid arguments are
+// refused with their codes before anything reaches the board.
+func TestCallChecksToolAndArguments(t *testing.T) {
+	h := newHub(t)
+	tools := `[{"name":"self.audio_speaker.set_volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}}]`
+	b, link := startBoard(t, tools)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0a", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+
+	_, err = h.CallTool(ctx, s.ID(), "set_volume", json.RawMessage(`{"volume":3}`))
+	var unknown *UnknownToolError
+	require.ErrorAs(t, err, &unknown)
+	assert.Equal(t, CodeUnknownTool, CodeOf(err))
+	assert.Contains(t, err.Error(), `did you mean "self.audio_speaker.set_volume"`)
+
+	_, err = h.CallTool(ctx, s.ID(), "self.audio_speaker.set_volume", json.RawMessage(`{"volume":300}`))
+	var bad *ArgumentsError
+	require.ErrorAs(t, err, &bad)
+	assert.Equal(t, CodeInvalidArguments, CodeOf(err))
+	assert.Contains(t, err.Error(), "above the maximum of 100")
+
+	_, err = h.CallTool(ctx, s.ID(), "self.audio_speaker.set_volume", json.RawMessage(`{"volume":30}`))
+	require.NoError(t, err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	assert.Equal(t, 1, b.calls, "only the valid call reached the board")
+}
+
+// TestFlappingNewcomerIsRefused: two live connections claiming one id
+// replace each other a few times (each logged as a warning), then the
+// newcomer is refused and the current session kept.
+func TestFlappingNewcomerIsRefused(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	h := NewHub(HubConfig{Flapping: FlapPolicy{Limit: 2, Window: time.Hour, Backoff: time.Hour}}, zap.New(core))
+	defer h.Close(context.Background())
+	id := Identity{DeviceID: "aa:bb:cc:dd:ee:0b", HasMCP: false}
+	attach := func(addr string) (*Session, *testlink.Link, error) {
+		bridge, end := testlink.Pair(4)
+		t.Cleanup(func() { end.Close(nil) })
+		id.RemoteAddr = addr
+		s, err := h.Attach(bridge, id)
+		return s, bridge, err
+	}
+	_, _, err := attach("10.0.0.1:1000")
+	require.NoError(t, err)
+	_, _, err = attach("10.0.0.2:2000")
+	require.NoError(t, err)
+	cur, _, err := attach("10.0.0.1:1001")
+	require.NoError(t, err)
+	warns := logs.FilterMessageSnippet("replacing the older one").All()
+	require.Len(t, warns, 2)
+	assert.Equal(t, zap.WarnLevel, warns[0].Level)
+	assert.Equal(t, "10.0.0.1:1000", warns[0].ContextMap()["old_remote"])
+	assert.Equal(t, "10.0.0.2:2000", warns[0].ContextMap()["new_remote"])
+
+	_, refused, err := attach("10.0.0.2:2001")
+	require.ErrorIs(t, err, ErrFlapping)
+	assert.ErrorIs(t, refused.Err(), ErrFlapping, "the newcomer's link is closed with the reason")
+	got, ok := h.Session(id.DeviceID)
+	require.True(t, ok)
+	assert.Same(t, cur, got, "the current session is kept")
+	require.Len(t, logs.FilterMessageSnippet("keep replacing each other").All(), 1)
+
+	// A board coming back after its old link died is never counted.
+	cur.Close(errors.New("wifi lost"))
+	<-cur.Done()
+	_, _, err = attach("10.0.0.1:1002")
+	require.NoError(t, err)
 }

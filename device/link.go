@@ -36,6 +36,13 @@ var (
 	ErrShutdown = errors.New("bridge shutting down")
 	// ErrLinkClosed is what links return from Send/Receive once closed.
 	ErrLinkClosed = errors.New("device link closed")
+	// ErrFlapping: two live connections keep replacing each other under
+	// one device id; the newcomer is turned away for a while.
+	ErrFlapping = errors.New("device id flapping between live connections")
+	// ErrUnresponsive: the board stopped answering keepalive probes.
+	ErrUnresponsive = errors.New("board stopped answering liveness probes")
+	// errInitFailed wraps an initialization failure as a close reason.
+	errInitFailed = errors.New("initialization failed")
 )
 
 // Identity is what a transport learned about a board during its handshake.

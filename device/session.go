@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
@@ -39,6 +40,11 @@ type Session struct {
 	info   Info
 	client *mcpclient.Client
 	stream *envelope.Stream
+	// schemas caches each tool's parsed input schema, filled on first call
+	// and reset when the tool list changes.
+	schemas map[string]*argcheck.Schema
+	// ignored counts messages read from a board without MCP and dropped.
+	ignored int64
 
 	ready chan struct{} // closed on reaching StateReady
 	done  chan struct{} // closed on reaching StateClosed
@@ -116,21 +122,65 @@ func (s *Session) readyClient() (*mcpclient.Client, error) {
 	return s.client, nil
 }
 
-// CallTool runs one board tool. The session must be ready.
-func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage) (*mcpclient.CallResult, error) {
+// CallTool runs one board tool. The session must be ready. The tool must be
+// one the board listed and args must match its input schema, or the call
+// fails with an *UnknownToolError or *ArgumentsError before anything is
+// sent; args may be empty (no arguments).
+func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage) (*CallResult, error) {
 	c, err := s.readyClient()
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.CallTool(ctx, name, args)
+	fwd, err := s.checkCall(name, args)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.CallTool(ctx, name, fwd)
 	if errors.Is(err, mcpclient.ErrDisconnected) {
 		// Say why the link went, e.g. "connection to the MQTT broker lost".
 		if reason := s.link.Err(); reason != nil {
+			if errors.Is(reason, ErrShutdown) {
+				return nil, fmt.Errorf("%w before %s replied; its outcome is unknown: %w", ErrShutdown, name, err)
+			}
 			return nil, fmt.Errorf("%w (%v): %w", ErrOffline, reason, err)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrOffline, err)
 	}
 	return res, err
+}
+
+// checkCall finds the tool and validates args against its schema,
+// returning the arguments to forward.
+func (s *Session) checkCall(name string, args json.RawMessage) (json.RawMessage, error) {
+	s.mu.Lock()
+	i := slices.IndexFunc(s.info.Tools, func(t Tool) bool { return t.Name == name })
+	if i < 0 {
+		known := make([]string, len(s.info.Tools))
+		for j, t := range s.info.Tools {
+			known[j] = t.Name
+		}
+		s.mu.Unlock()
+		return nil, &UnknownToolError{Tool: name, Known: known}
+	}
+	schema := s.schemas[name]
+	if schema == nil {
+		var err error
+		schema, err = argcheck.Parse(s.info.Tools[i].InputSchema)
+		if err != nil {
+			s.log.Debug("tool schema not understood; checking only that arguments form an object",
+				zap.String("tool", name), zap.Error(err))
+		}
+		if s.schemas == nil {
+			s.schemas = map[string]*argcheck.Schema{}
+		}
+		s.schemas[name] = schema
+	}
+	s.mu.Unlock()
+	fwd, bad := schema.Validate(args)
+	if bad != nil {
+		return nil, &ArgumentsError{Tool: name, Invalid: bad, Schema: schema}
+	}
+	return fwd, nil
 }
 
 // Call sends a raw request to the board (for example a liveness probe).
@@ -157,6 +207,7 @@ func (s *Session) Refresh(ctx context.Context) error {
 	changed := !toolsEqual(s.info.Tools, tools)
 	if changed {
 		s.info.Tools = tools
+		s.schemas = nil
 	}
 	s.mu.Unlock()
 	if changed {
@@ -166,8 +217,8 @@ func (s *Session) Refresh(ctx context.Context) error {
 	return nil
 }
 
-func toolsEqual(a, b []mcpclient.Tool) bool {
-	return slices.EqualFunc(a, b, func(x, y mcpclient.Tool) bool {
+func toolsEqual(a, b []Tool) bool {
+	return slices.EqualFunc(a, b, func(x, y Tool) bool {
 		return x.Name == y.Name && x.Description == y.Description &&
 			string(x.InputSchema) == string(y.InputSchema) && string(x.Annotations) == string(y.Annotations)
 	})
@@ -179,9 +230,26 @@ func (s *Session) run() {
 	s.log.Info("device connected", zap.String("remote", s.info.RemoteAddr), zap.Bool("mcp", s.info.HasMCP))
 	if s.info.HasMCP {
 		s.initialize()
+		<-s.link.Done()
+	} else {
+		s.discard()
 	}
-	<-s.link.Done()
 	s.finish()
+}
+
+// discard reads a board without MCP until its link closes. Its messages
+// (listen, abort, ...) have no reader above, but the link must be drained
+// anyway: a transport whose inbound queue fills stops reading its socket,
+// and then stops answering pings.
+func (s *Session) discard() {
+	for {
+		if _, err := s.link.Receive(context.Background()); err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.ignored++
+		s.mu.Unlock()
+	}
 }
 
 func (s *Session) initialize() {
@@ -202,7 +270,7 @@ func (s *Session) initialize() {
 	defer cancel()
 	start := time.Now()
 	res, err := client.Initialize(ctx)
-	var tools []mcpclient.Tool
+	var tools []Tool
 	if err == nil {
 		tools, err = client.ListTools(ctx)
 	}
@@ -219,7 +287,7 @@ func (s *Session) initialize() {
 		s.info.InitError = err.Error()
 		s.mu.Unlock()
 		s.log.Warn("device initialization failed; closing its connection", zap.Error(err))
-		s.link.Close(fmt.Errorf("initialization failed: %w", err))
+		s.link.Close(fmt.Errorf("%w: %w", errInitFailed, err))
 		return
 	}
 
@@ -247,17 +315,23 @@ func (s *Session) finish() {
 	} else {
 		s.info.CloseReason = "closed"
 	}
-	reason := s.info.CloseReason
+	s.info.CloseCause = CauseOf(s.link.Err())
+	reason, cause := s.info.CloseReason, s.info.CloseCause
 	connected := s.info.ConnectedAt
+	ignored := s.ignored
 	s.mu.Unlock()
 	if client != nil {
 		_ = client.Close() // fails anything still pending at once
 	}
 	close(s.done)
 	st := s.Stats()
-	s.log.Info("device disconnected", zap.String("reason", reason),
+	s.log.Info("device disconnected", zap.String("reason", reason), zap.String("cause", string(cause)),
+		zap.Int64("ignored_messages", ignored),
 		zap.Duration("connected_for", time.Since(connected)),
 		zap.Int64("mcp_in", st.MCPIn), zap.Int64("mcp_out", st.MCPOut),
 		zap.Int64("other_messages", st.Other), zap.Int64("dropped", st.Dropped))
+	if obs := s.hub.cfg.Observer; obs != nil {
+		obs.SessionClosed(s.Info())
+	}
 	s.hub.remove(s)
 }

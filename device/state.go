@@ -3,8 +3,6 @@ package device
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 // State is where a session is in its lifecycle.
@@ -36,15 +34,17 @@ type Info struct {
 	State State `json:"state"`
 	// CloseReason says why the session ended (empty while open).
 	CloseReason string `json:"close_reason,omitempty"`
+	// CloseCause classifies CloseReason (empty while open).
+	CloseCause CloseCause `json:"close_cause,omitempty"`
 	// InitError says why initialization failed, if it did.
 	InitError string `json:"init_error,omitempty"`
 	// Board and FirmwareVersion come from the board's initialize reply.
-	Board           string           `json:"board,omitempty"`
-	FirmwareVersion string           `json:"firmware_version,omitempty"`
-	Tools           []mcpclient.Tool `json:"-"`
-	ConnectedAt     time.Time        `json:"connected_at"`
-	ReadyAt         time.Time        `json:"ready_at,omitzero"`
-	ClosedAt        time.Time        `json:"closed_at,omitzero"`
+	Board           string    `json:"board,omitempty"`
+	FirmwareVersion string    `json:"firmware_version,omitempty"`
+	Tools           []Tool    `json:"-"`
+	ConnectedAt     time.Time `json:"connected_at"`
+	ReadyAt         time.Time `json:"ready_at,omitzero"`
+	ClosedAt        time.Time `json:"closed_at,omitzero"`
 	// Generation increases with every session the Hub creates, so a
 	// subscriber can tell a reconnected board from the one it knew.
 	Generation uint64 `json:"generation"`

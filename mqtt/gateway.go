@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 // TransportName is the device.Identity transport of MQTT boards.
@@ -765,11 +764,11 @@ func (g *Gateway) probe(l *link) {
 		return
 	}
 	_, err := s.Call(ctx, probeMethod, nil, g.cfg.Liveness.Timeout)
-	var de *mcpclient.DeviceError
+	var de *device.DeviceError
 	switch {
 	case err == nil || errors.As(err, &de):
 		l.misses.Store(0)
-	case errors.Is(err, mcpclient.ErrTimeout):
+	case errors.Is(err, device.ErrTimeout):
 		g.stats.probeMisses.Add(1)
 		n := l.misses.Add(1)
 		l.log.Info("board missed a liveness probe", zap.Int32("misses", n), zap.Int("limit", g.cfg.Liveness.Misses))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,7 +36,7 @@ func slowBridge(t *testing.T, delay time.Duration) (*bridge, *simulator.Board) {
 func (b *bridge) cancelledOutcome() bool {
 	for _, e := range b.logs.FilterMessage("tool call").All() {
 		f := e.ContextMap()
-		if f["tool"] == slowTool && f["outcome"] == "cancelled" && f["device_id"] == macA {
+		if f["tool"] == slowTool && f["outcome"] == string(device.CodeCanceled) && f["device_id"] == macA {
 			return true
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // entry is one board tool as published upstream.
@@ -17,9 +17,9 @@ type entry struct {
 	deviceID string
 	alias    string
 	board    string
-	tool     mcpclient.Tool
+	tool     device.Tool
 	userOnly bool
-	schema   *argSchema
+	schema   *argcheck.Schema
 	// schemaErr says why the board's schema was not understood (nil when
 	// it was).
 	schemaErr error
@@ -62,22 +62,22 @@ type catalogOptions struct {
 // that are ready contribute their tools; a board that is re-initializing
 // after a reconnect keeps the tools in remembered meanwhile, so that a
 // short reconnect does not make its tools flicker.
-func buildCatalog(infos []device.Info, remembered map[string][]mcpclient.Tool, opts catalogOptions) *catalog {
+func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts catalogOptions) *catalog {
 	c := emptyCatalog()
 	var naming []namingDevice
-	toolsOf := make(map[string][]mcpclient.Tool, len(infos))
+	toolsOf := make(map[string][]device.Tool, len(infos))
 	for _, info := range infos {
 		v := &deviceView{info: info}
 		c.devices = append(c.devices, v)
 		c.byDevice[info.DeviceID] = v
-		var list []mcpclient.Tool
+		var list []device.Tool
 		switch {
 		case info.State == device.StateReady:
 			list = info.Tools
 		case info.State != device.StateClosed && info.HasMCP && remembered[info.DeviceID] != nil:
 			list, v.stale = remembered[info.DeviceID], true
 		}
-		var visible []mcpclient.Tool
+		var visible []device.Tool
 		for _, t := range list {
 			if t.UserOnly() && !opts.showUserOnly {
 				v.hidden++
@@ -110,14 +110,14 @@ func buildCatalog(infos []device.Info, remembered map[string][]mcpclient.Tool, o
 	return c
 }
 
-func newEntry(name string, v *deviceView, t mcpclient.Tool) *entry {
+func newEntry(name string, v *deviceView, t device.Tool) *entry {
 	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly()}
-	e.schema, e.schemaErr = parseSchema(t.InputSchema)
+	e.schema, e.schemaErr = argcheck.Parse(t.InputSchema)
 	e.mcpTool = &mcp.Tool{
 		Name:        name,
 		Title:       fmt.Sprintf("%s on %s", strings.TrimPrefix(t.Name, "self."), v.alias),
 		Description: toolDescription(v, t),
-		InputSchema: e.schema.published,
+		InputSchema: e.schema.Published(),
 	}
 	if e.userOnly {
 		// The board marks it as the user's; hosts that show tools to people
@@ -140,7 +140,7 @@ func boardLabel(v *deviceView) string {
 	return fmt.Sprintf("%q (%s, %s)", v.alias, board, v.info.DeviceID)
 }
 
-func toolDescription(v *deviceView, t mcpclient.Tool) string {
+func toolDescription(v *deviceView, t device.Tool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Acts on board %s through its tool %s.", boardLabel(v), t.Name)
 	if d := strings.TrimSpace(t.Description); d != "" {

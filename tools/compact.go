@@ -8,6 +8,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // Compact mode: hosts that cap the number of tools (some at 40) cannot take
@@ -38,21 +41,15 @@ var (
 
 func (s *Server) addCompactTools() {
 	add := func(name, title, desc string, schema json.RawMessage, h func(context.Context, *mcp.CallToolRequest, map[string]json.RawMessage) *mcp.CallToolResult) {
-		parsed, err := parseSchema(schema)
+		parsed, err := argcheck.Parse(schema)
 		if err != nil {
 			panic(fmt.Sprintf("tools: compact schema %s: %v", name, err))
 		}
 		s.mcp.AddTool(&mcp.Tool{Name: name, Title: title, Description: desc, InputSchema: schema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				args := req.Params.Arguments
-				if _, bad := parsed.validate(args); bad != nil {
-					var b strings.Builder
-					fmt.Fprintf(&b, "Invalid arguments for %s.\n", name)
-					for _, p := range bad.problems {
-						b.WriteString("- " + p.msg + ".\n")
-					}
-					fmt.Fprintf(&b, "Call it again with arguments like %s.", bad.fixed)
-					return errorResult("%s", b.String()), nil
+				if _, bad := parsed.Validate(args); bad != nil {
+					return errorResult("%s", bad.Explain(name, nil)), nil
 				}
 				m := map[string]json.RawMessage{}
 				if len(args) > 0 {
@@ -183,7 +180,7 @@ func (s *Server) compactDescribe(_ context.Context, _ *mcp.CallToolRequest, args
 	}{deviceSummary: summarize(v), Tools: []toolDetail{}}
 	for _, e := range v.tools {
 		out.Tools = append(out.Tools, toolDetail{Name: e.tool.Name, Description: e.tool.Description,
-			InputSchema: e.schema.published, UserOnly: e.userOnly})
+			InputSchema: e.schema.Published(), UserOnly: e.userOnly})
 	}
 	return jsonResult(out)
 }
@@ -195,7 +192,7 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 	cat := s.cat.Load()
 	v, fail := s.resolveDevice(cat, ref)
 	if fail != nil {
-		s.log.Info("tool call rejected", zap.String("device", ref), zap.String("tool", tool), zap.String("outcome", outcomeOffline))
+		s.log.Info("tool call rejected", zap.String("device", ref), zap.String("tool", tool), zap.String("outcome", string(device.CodeUnknownDevice)))
 		return fail
 	}
 	e := v.findTool(tool)

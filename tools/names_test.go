@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 func TestDefaultAlias(t *testing.T) {
@@ -207,10 +206,10 @@ func TestAssignNamesRandom(t *testing.T) {
 // board and tool it came from, through the catalogue the server uses.
 func TestCatalogRoundTrip(t *testing.T) {
 	schema := json.RawMessage(`{"type":"object","properties":{}}`)
-	mk := func(names ...string) []mcpclient.Tool {
-		var out []mcpclient.Tool
+	mk := func(names ...string) []device.Tool {
+		var out []device.Tool
 		for _, n := range names {
-			out = append(out, mcpclient.Tool{Name: n, InputSchema: schema})
+			out = append(out, device.Tool{Name: n, InputSchema: schema})
 		}
 		return out
 	}
@@ -234,7 +233,7 @@ func TestCatalogRoundTrip(t *testing.T) {
 
 	// A reconnecting board keeps the tools it had.
 	infos[1].State = device.StateInitializing
-	c2 := buildCatalog(infos, map[string][]mcpclient.Tool{"aa:bb:cc:dd:ee:02": infos[1].Tools}, catalogOptions{})
+	c2 := buildCatalog(infos, map[string][]device.Tool{"aa:bb:cc:dd:ee:02": infos[1].Tools}, catalogOptions{})
 	require.True(t, c2.byDevice["aa:bb:cc:dd:ee:02"].stale)
 	require.Len(t, c2.byDevice["aa:bb:cc:dd:ee:02"].tools, 1)
 }

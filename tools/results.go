@@ -2,34 +2,22 @@ package tools
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
-// Outcomes of a call, as logged in the "outcome" field.
+// Outcomes of a successful call, as logged in the "outcome" field; a failed
+// call logs its device.Code.
 const (
-	outcomeOK          = "ok"
-	outcomeToolError   = "tool_error"   // the board answered with isError
-	outcomeDeviceError = "device_error" // the board refused the call
-	outcomeInvalidArgs = "invalid_arguments"
-	outcomeOffline     = "offline"
-	outcomeLeft        = "disconnected_mid_call"
-	outcomeNotReady    = "not_ready"
-	outcomeNoMCP       = "no_mcp"
-	outcomeBusy        = "busy"
-	outcomeTimeout     = "timeout"
-	outcomeCancelled   = "cancelled"
-	outcomeFailed      = "failed"
+	outcomeOK        = "ok"
+	outcomeToolError = "tool_error" // the board answered with isError
 )
 
 // errorResult is a tool result the model can read and act on.
@@ -37,55 +25,48 @@ func errorResult(format string, args ...any) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
 }
 
-// invalidArgsResult explains what is wrong with the arguments and how to
-// fix them. Nothing reached the board.
-func invalidArgsResult(e *entry, v *validation) *mcp.CallToolResult {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Invalid arguments for %s; nothing was sent to the board.\n", e.tool.Name)
-	for _, p := range v.problems {
-		b.WriteString("- ")
-		b.WriteString(p.msg)
-		b.WriteString(".\n")
-	}
-	fmt.Fprintf(&b, "This tool takes %s.\n", e.schema.argList())
-	fmt.Fprintf(&b, "Call it again with arguments like %s.", v.fixed)
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}
-}
-
-// callFailure turns an error from the Hub into a tool result and its log
-// outcome. The messages tell apart the cases that matter to whoever
-// retries: the call never reached the board (offline, busy, still starting)
-// versus it may have run (timeout, board left mid-call).
-func callFailure(e *entry, label string, err error, took time.Duration) (*mcp.CallToolResult, string) {
+// callFailure turns an error from the Hub into a tool result and its code.
+// The messages tell apart the cases that matter to whoever retries: the
+// call never reached the board (offline, busy, still starting, invalid
+// arguments) versus it may have run (timeout, board left mid-call).
+func callFailure(e *entry, label string, err error, took time.Duration) (*mcp.CallToolResult, device.Code) {
 	tool := e.tool.Name
-	var devErr *mcpclient.DeviceError
-	switch {
-	case errors.As(err, &devErr):
-		return errorResult("Board %s refused %s: %s", label, tool, devErr.Message), outcomeDeviceError
-	case errors.Is(err, device.ErrUnknownDevice):
-		return offlineResult(label, tool), outcomeOffline
-	case errors.Is(err, device.ErrOffline):
+	code := device.CodeOf(err)
+	switch code {
+	case device.CodeInvalidArguments, device.CodeUnknownTool:
+		// The device layer's wording already says what to change.
+		return errorResult("%v", err), code
+	case device.CodeDeviceError:
+		var devErr *device.DeviceError
+		errors.As(err, &devErr)
+		return errorResult("Board %s refused %s: %s", label, tool, devErr.Message), code
+	case device.CodeUnknownDevice:
+		return offlineResult(label, tool), code
+	case device.CodeOffline:
 		return errorResult("Board %s disconnected while running %s, before it replied. The outcome is unknown: "+
 			"the action may or may not have happened. When the board is back, check its state (for example with its "+
-			"get_device_status tool) before trying again.", label, tool), outcomeLeft
-	case errors.Is(err, device.ErrNotReady):
+			"get_device_status tool) before trying again.", label, tool), code
+	case device.CodeNotReady:
 		return errorResult("Board %s is connected but still starting up, so %s was not run. Try again in a few seconds.",
-			label, tool), outcomeNotReady
-	case errors.Is(err, device.ErrNoMCP):
+			label, tool), code
+	case device.CodeNoMCP:
 		return errorResult("Board %s does not offer tools (its firmware announced no MCP support), so %s cannot run.",
-			label, tool), outcomeNoMCP
-	case errors.Is(err, mcpclient.ErrBusy):
+			label, tool), code
+	case device.CodeBusy:
 		return errorResult("Board %s is busy: it runs one tool at a time and too many requests are already waiting. "+
-			"%s was not sent. Wait a moment and try again, one call at a time.", label, tool), outcomeBusy
-	case errors.Is(err, mcpclient.ErrTimeout):
+			"%s was not sent. Wait a moment and try again, one call at a time.", label, tool), code
+	case device.CodeTimeout:
 		return errorResult("Board %s did not answer %s within %s. The outcome is unknown: the board may still carry it out. "+
 			"Check the board's state before repeating the call rather than retrying blindly.",
-			label, tool, roundDuration(took)), outcomeTimeout
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			label, tool, roundDuration(took)), code
+	case device.CodeShuttingDown:
+		return errorResult("The bridge is shutting down, so the call to %s on board %s was abandoned (%v). "+
+			"Try again once the bridge is back.", tool, label, err), code
+	case device.CodeCanceled:
 		return errorResult("The call to %s on board %s was cancelled before the board replied; the outcome is unknown.",
-			tool, label), outcomeCancelled
+			tool, label), code
 	}
-	return errorResult("Calling %s on board %s failed: %v", tool, label, err), outcomeFailed
+	return errorResult("Calling %s on board %s failed: %v", tool, label, err), code
 }
 
 func offlineResult(label, tool string) *mcp.CallToolResult {
@@ -98,7 +79,7 @@ func offlineResult(label, tool string) *mcp.CallToolResult {
 // text; text that is a JSON object is also given as structuredContent. The
 // firmware's non-standard image item (a JSON string nested under "image")
 // becomes a standard image content.
-func convertResult(res *mcpclient.CallResult) *mcp.CallToolResult {
+func convertResult(res *device.CallResult) *mcp.CallToolResult {
 	out := &mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{}}
 	var texts []string
 	for _, c := range res.Content {

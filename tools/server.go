@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 // Defaults for Options fields left at zero.
@@ -170,7 +169,7 @@ type Server struct {
 	cat atomic.Pointer[catalog]
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
-	remembered map[string][]mcpclient.Tool
+	remembered map[string][]device.Tool
 
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
@@ -203,7 +202,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		hub:        hub,
 		opts:       opts,
 		log:        opts.Logger,
-		remembered: map[string][]mcpclient.Tool{},
+		remembered: map[string][]device.Tool{},
 		tombstones: map[string]tombstone{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -413,29 +412,24 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	defer stopOnClose()
 
 	fields := []zap.Field{zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name)}
-	fwd, bad := e.schema.validate(args)
-	if bad != nil {
-		s.log.Info("tool call rejected", append(fields, zap.String("outcome", outcomeInvalidArgs),
-			zap.Int("problems", len(bad.problems)))...)
-		if ce := s.log.Check(zap.DebugLevel, "rejected arguments"); ce != nil {
-			ce.Write(append(fields, zap.ByteString("arguments", args))...)
-		}
-		return invalidArgsResult(e, bad)
-	}
 	if ce := s.log.Check(zap.DebugLevel, "tool call"); ce != nil {
-		ce.Write(append(fields, zap.ByteString("arguments", fwd))...)
+		ce.Write(append(fields, zap.ByteString("arguments", args))...)
 	}
 
 	start := time.Now()
 	stop := s.heartbeat(ctx, req, e)
-	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, fwd)
+	// The Hub checks the tool and its arguments (one validation path for
+	// every caller) before anything reaches the board.
+	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, args)
 	stop()
 	took := time.Since(start)
 
 	var out *mcp.CallToolResult
 	outcome := outcomeOK
 	if err != nil {
-		out, outcome = callFailure(e, e.label(), err, took)
+		var code device.Code
+		out, code = callFailure(e, e.label(), err, took)
+		outcome = string(code)
 	} else {
 		out = convertResult(res)
 		if out.IsError {
@@ -443,7 +437,10 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 		}
 	}
 	level := zap.InfoLevel
-	if outcome != outcomeOK && outcome != outcomeToolError && outcome != outcomeDeviceError && outcome != outcomeCancelled {
+	switch device.Code(outcome) {
+	case outcomeOK, outcomeToolError, device.CodeDeviceError, device.CodeCanceled, device.CodeInvalidArguments,
+		device.CodeUnknownTool:
+	default:
 		level = zap.WarnLevel
 	}
 	if ce := s.log.Check(level, "tool call"); ce != nil {

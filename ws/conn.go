@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -27,13 +26,10 @@ type conn struct {
 	log       *zap.Logger
 	sessionID string
 
-	inbound  chan []byte
+	// LinkBase gives Receive, Close, Done and Err; the reader feeds it.
+	*device.LinkBase
 	outbound chan []byte
-	done     chan struct{}
-
-	closeOnce sync.Once
-	reasonMu  sync.Mutex
-	reason    error
+	done     <-chan struct{}
 
 	textIn, binaryIn, textOut atomic.Int64
 }
@@ -41,13 +37,14 @@ type conn struct {
 var _ device.Link = (*conn)(nil)
 
 func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
+	base := device.NewLinkBase(inboundQueue)
 	return &conn{
 		ws:       ws,
 		cfg:      cfg,
 		log:      log,
-		inbound:  make(chan []byte, inboundQueue),
+		LinkBase: base,
 		outbound: make(chan []byte, cfg.SendQueue),
-		done:     make(chan struct{}),
+		done:     base.Done(),
 	}
 }
 
@@ -56,52 +53,17 @@ func (c *conn) SessionID() string { return c.sessionID }
 func (c *conn) Send(ctx context.Context, msg []byte) error {
 	select {
 	case <-c.done:
-		return c.closedErr()
+		return c.ClosedErr()
 	default:
 	}
 	select {
 	case c.outbound <- msg:
 		return nil
 	case <-c.done:
-		return c.closedErr()
+		return c.ClosedErr()
 	case <-ctx.Done():
 		return fmt.Errorf("websocket send queue full: %w", ctx.Err())
 	}
-}
-
-func (c *conn) Receive(ctx context.Context) ([]byte, error) {
-	select {
-	case m := <-c.inbound:
-		return m, nil
-	case <-c.done:
-		return nil, c.closedErr()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (c *conn) Close(reason error) {
-	c.closeOnce.Do(func() {
-		if reason == nil {
-			reason = device.ErrLinkClosed
-		}
-		c.reasonMu.Lock()
-		c.reason = reason
-		c.reasonMu.Unlock()
-		close(c.done)
-	})
-}
-
-func (c *conn) Done() <-chan struct{} { return c.done }
-
-func (c *conn) Err() error {
-	c.reasonMu.Lock()
-	defer c.reasonMu.Unlock()
-	return c.reason
-}
-
-func (c *conn) closedErr() error {
-	return fmt.Errorf("%w: %v", device.ErrLinkClosed, c.Err())
 }
 
 // readLoop is the connection's only reader.
@@ -125,9 +87,7 @@ func (c *conn) readLoop() {
 			continue
 		}
 		c.textIn.Add(1)
-		select {
-		case c.inbound <- data:
-		case <-c.done:
+		if !c.Deliver(data) {
 			return
 		}
 	}
@@ -144,13 +104,13 @@ func (c *conn) writeLoop() {
 		case msg := <-c.outbound:
 			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 			if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
-				c.Close(fmt.Errorf("write failed: %w", err))
+				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("write failed: %w", err)))
 				return
 			}
 			c.textOut.Add(1)
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteTimeout)); err != nil {
-				c.Close(fmt.Errorf("ping failed: %w", err))
+				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("ping failed: %w", err)))
 				return
 			}
 		case <-c.done:
@@ -162,9 +122,13 @@ func (c *conn) writeLoop() {
 }
 
 func closeCode(reason error) int {
-	switch reason {
-	case device.ErrShutdown:
+	switch device.CauseOf(reason) {
+	case device.CauseShutdown:
 		return websocket.CloseGoingAway
+	case device.CauseProtocol:
+		return websocket.ClosePolicyViolation
+	case device.CauseRefused:
+		return websocket.CloseTryAgainLater
 	default:
 		return websocket.CloseNormalClosure
 	}
@@ -188,14 +152,13 @@ func readError(err error) error {
 	var ce *websocket.CloseError
 	switch {
 	case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway):
-		return fmt.Errorf("device closed the connection: %w", err)
-	case errors.As(err, &ce) && ce.Code == websocket.CloseMessageTooBig:
-		return fmt.Errorf("device sent a message over the size limit: %w", err)
-	case errors.Is(err, websocket.ErrReadLimit):
-		return fmt.Errorf("device sent a message over the size limit: %w", err)
+		return device.Closing(device.CauseDisconnected, fmt.Errorf("device closed the connection: %w", err))
+	case errors.As(err, &ce) && ce.Code == websocket.CloseMessageTooBig,
+		errors.Is(err, websocket.ErrReadLimit):
+		return device.Closing(device.CauseProtocol, fmt.Errorf("device sent a message over the size limit: %w", err))
 	}
 	if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
-		return fmt.Errorf("device stopped answering pings: %w", err)
+		return device.Closing(device.CauseUnresponsive, fmt.Errorf("device stopped answering pings: %w", err))
 	}
-	return fmt.Errorf("connection lost: %w", err)
+	return device.Closing(device.CauseDisconnected, fmt.Errorf("connection lost: %w", err))
 }

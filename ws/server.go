@@ -147,7 +147,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id.HasMCP = hello.Features.MCP
 	s.accepted.Add(1)
 	if _, err := s.hub.Attach(c, id); err != nil {
-		log.Info("device not attached", zap.Error(err))
+		// Attach closed the link with the reason; the hub logged flapping.
+		log.Debug("device not attached", zap.Error(err))
 	}
 }
 
@@ -160,26 +161,25 @@ var (
 // awaitHello waits for the device hello and answers it. The handler
 // goroutine runs it, so the reader goroutine never blocks on it.
 func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
-	timer := time.NewTimer(s.cfg.HelloTimeout)
-	defer timer.Stop()
-	var msg []byte
-	select {
-	case msg = <-c.inbound:
-	case <-timer.C:
-		return envelope.DeviceHello{}, fmt.Errorf("%w (%v)", errNoHello, s.cfg.HelloTimeout)
-	case <-c.done:
+	ctx, cancelWait := context.WithTimeout(context.Background(), s.cfg.HelloTimeout)
+	defer cancelWait()
+	msg, err := c.Receive(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, fmt.Errorf("%w (%v)", errNoHello, s.cfg.HelloTimeout))
+	case err != nil:
 		return envelope.DeviceHello{}, fmt.Errorf("connection closed before hello: %v", c.Err())
 	}
 	env, err := envelope.Decode(msg, int(s.cfg.ReadLimit))
 	if err != nil {
-		return envelope.DeviceHello{}, fmt.Errorf("%w: %v", errNotHelloFirst, err)
+		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, fmt.Errorf("%w: %v", errNotHelloFirst, err))
 	}
 	if env.Type != envelope.TypeHello {
-		return envelope.DeviceHello{}, fmt.Errorf("%w (type %q)", errNotHelloFirst, env.Type)
+		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, fmt.Errorf("%w (type %q)", errNotHelloFirst, env.Type))
 	}
 	hello, err := envelope.ParseDeviceHello(env)
 	if err != nil {
-		return envelope.DeviceHello{}, err
+		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, err)
 	}
 	c.sessionID = newSessionID()
 	audio := envelope.DownlinkAudio

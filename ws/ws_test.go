@@ -16,7 +16,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/mcpclient"
 	"github.com/devicebridge/devicebridge/simulator"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -73,7 +72,7 @@ func (b *bridge) connect(t *testing.T, cfg simulator.Config) (*simulator.Board, 
 	return board, sess
 }
 
-func call(t *testing.T, b *bridge, mac, tool, args string) (*mcpclient.CallResult, error) {
+func call(t *testing.T, b *bridge, mac, tool, args string) (*device.CallResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -85,7 +84,7 @@ func call(t *testing.T, b *bridge, mac, tool, args string) (*mcpclient.CallResul
 }
 
 func TestBoardRoundTrip(t *testing.T) {
-	b := newBridge(t, ws.Config{}, device.HubConfig{Client: mcpclient.Options{WithUserTools: true}})
+	b := newBridge(t, ws.Config{}, device.HubConfig{Client: device.ClientOptions{WithUserTools: true}})
 	board, sess := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:01"})
 
 	info := sess.Info()
@@ -116,9 +115,12 @@ func TestBoardRoundTrip(t *testing.T) {
 	assert.Contains(t, res.Text(), `"audio_speaker":{"volume":35}`)
 }
 
+// TestDeviceErrors: the board's own error replies (no code, sometimes
+// invalid JSON) reach the caller as a DeviceError. They are sent raw: the
+// Hub's CallTool would refuse these calls before the board sees them.
 func TestDeviceErrors(t *testing.T) {
 	b := newBridge(t, ws.Config{}, device.HubConfig{})
-	board, _ := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:02"})
+	board, sess := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:02"})
 	tests := []struct {
 		name, tool, args, want string
 	}{
@@ -131,10 +133,16 @@ func TestDeviceErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := call(t, b, board.MAC(), tt.tool, tt.args)
-			var de *mcpclient.DeviceError
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := sess.Call(ctx, "tools/call", map[string]any{"name": tt.tool, "arguments": json.RawMessage(tt.args)}, 0)
+			var de *device.DeviceError
 			require.ErrorAs(t, err, &de)
 			assert.Equal(t, tt.want, de.Message)
+
+			_, err = call(t, b, board.MAC(), tt.tool, tt.args)
+			assert.Contains(t, []device.Code{device.CodeInvalidArguments, device.CodeUnknownTool}, device.CodeOf(err),
+				"CallTool refuses before the board: %v", err)
 		})
 	}
 	// The session survives all of that.
@@ -144,7 +152,7 @@ func TestDeviceErrors(t *testing.T) {
 }
 
 func TestMultiPageCatalog(t *testing.T) {
-	b := newBridge(t, ws.Config{}, device.HubConfig{Client: mcpclient.Options{WithUserTools: true}})
+	b := newBridge(t, ws.Config{}, device.HubConfig{Client: device.ClientOptions{WithUserTools: true}})
 	catalog, err := simulator.LoadProfile("catalog")
 	require.NoError(t, err)
 	board, sess := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:03", Profile: catalog})
@@ -163,23 +171,23 @@ func TestMultiPageCatalog(t *testing.T) {
 }
 
 func TestSlowToolTimesOut(t *testing.T) {
-	b := newBridge(t, ws.Config{}, device.HubConfig{Client: mcpclient.Options{CallTimeout: 300 * time.Millisecond}})
+	b := newBridge(t, ws.Config{}, device.HubConfig{Client: device.ClientOptions{CallTimeout: 300 * time.Millisecond}})
 	board, _ := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:04",
 		ToolDelay: map[string]time.Duration{"self.lamp.turn_on": 2 * time.Second}})
 	_, err := call(t, b, board.MAC(), "self.lamp.turn_on", "")
-	require.ErrorIs(t, err, mcpclient.ErrTimeout)
+	require.ErrorIs(t, err, device.ErrTimeout)
 	assert.Contains(t, err.Error(), "outcome unknown")
 }
 
 func TestDisconnectMidCall(t *testing.T) {
-	b := newBridge(t, ws.Config{}, device.HubConfig{Client: mcpclient.Options{CallTimeout: time.Minute}})
+	b := newBridge(t, ws.Config{}, device.HubConfig{Client: device.ClientOptions{CallTimeout: time.Minute}})
 	board, sess := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:05",
 		ToolDelay:    map[string]time.Duration{"self.lamp.turn_off": 200 * time.Millisecond},
 		DisconnectOn: map[string]bool{"self.lamp.turn_off": true}})
 	start := time.Now()
 	_, err := call(t, b, board.MAC(), "self.lamp.turn_off", "")
 	require.ErrorIs(t, err, device.ErrOffline)
-	require.ErrorIs(t, err, mcpclient.ErrDisconnected)
+	require.ErrorIs(t, err, device.ErrDisconnected)
 	assert.Less(t, time.Since(start), 10*time.Second, "fails at the disconnect, not at the one-minute timeout")
 	<-sess.Done()
 	assert.Contains(t, sess.Info().CloseReason, "connection")
@@ -335,4 +343,39 @@ func TestBadFramesAreNotFatal(t *testing.T) {
 	st := b.srv.Stats()
 	assert.EqualValues(t, 1, st.BinaryIn, "audio frames are counted")
 	assert.EqualValues(t, 4, st.TextIn, "hello plus three other messages")
+}
+
+// TestBoardWithoutMCPKeepsAnsweringPings: a board whose hello lacks
+// features.mcp may send any number of text messages; the bridge keeps
+// reading them, so its pings are still answered and the socket stays up.
+func TestBoardWithoutMCPKeepsAnsweringPings(t *testing.T) {
+	b := newBridge(t, ws.Config{}, device.HubConfig{})
+	c := rawDevice(t, b.url, "aa:bb:cc:dd:ee:31")
+	require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","version":1,"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`)))
+	_, _, err := c.ReadMessage() // the server hello
+	require.NoError(t, err)
+
+	for range 200 {
+		require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(`{"session_id":"","type":"listen","state":"detect","text":"hi"}`)))
+	}
+	// The bridge's reader answers a ping with a pong only while it runs.
+	pong := make(chan struct{}, 1)
+	c.SetPongHandler(func(string) error { pong <- struct{}{}; return nil })
+	require.NoError(t, c.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(5*time.Second)))
+	readErr := make(chan error, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _, err := c.ReadMessage() // runs the pong handler; ends when the test closes c
+		readErr <- err
+	}()
+	select {
+	case <-pong:
+	case err := <-readErr:
+		t.Fatalf("no pong: the bridge stopped reading a board without MCP (%v)", err)
+	}
+	s, ok := b.hub.Session("aa:bb:cc:dd:ee:31")
+	require.True(t, ok)
+	assert.Equal(t, device.StateConnected, s.Info().State)
+	_ = c.Close()
+	<-readErr
 }

@@ -13,12 +13,18 @@ import (
 	"os/signal"
 	"syscall"
 
+	"go.uber.org/zap"
+
 	"github.com/devicebridge/devicebridge/app"
 )
 
 func main() {
 	cfg, err := app.ParseArgs("bridge", os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if errors.Is(err, app.ErrVersion) {
+		fmt.Println("devicebridge", app.Version)
 		return
 	}
 	if err != nil {
@@ -32,8 +38,12 @@ func main() {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go watchSignals(sigs, cancel, logger, func(code int) { _ = logger.Sync(); os.Exit(code) })
+
 	a, err := app.New(cfg, logger)
 	if err == nil {
 		err = a.Run(ctx)
@@ -43,4 +53,15 @@ func main() {
 		_ = logger.Sync()
 		os.Exit(1)
 	}
+}
+
+// watchSignals starts an orderly shutdown on the first signal and exits at
+// once on the second, for an operator who will not wait.
+func watchSignals(sigs <-chan os.Signal, shutdown func(), log *zap.Logger, exit func(int)) {
+	sig := <-sigs
+	log.Info("shutting down; send the signal again to exit at once", zap.String("signal", sig.String()))
+	shutdown()
+	sig = <-sigs
+	log.Warn("second signal: exiting without finishing the shutdown", zap.String("signal", sig.String()))
+	exit(130)
 }

@@ -1,4 +1,9 @@
-package tools
+// Package argcheck checks a call's arguments against a board tool's input
+// schema before the board sees them, and explains what to change: the
+// problem with each argument, the accepted arguments, and an example call
+// that would pass. The device layer runs it for every caller (the control
+// API, /mcp), so there is one validation path and one wording.
+package argcheck
 
 import (
 	"bytes"
@@ -26,8 +31,8 @@ const (
 	maxBoardInt = math.MaxInt32
 )
 
-// argSchema is a board tool's input schema, parsed for validation.
-type argSchema struct {
+// Schema is a board tool's input schema, parsed for Invalid.
+type Schema struct {
 	props  []*propSchema // declaration order
 	byName map[string]*propSchema
 	// extra is true when the schema allows undeclared arguments
@@ -59,12 +64,12 @@ type propSchema struct {
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// parseSchema reads a board tool's inputSchema. It never fails: a schema it
-// cannot understand is replaced by an empty object schema with validation
+// Parse reads a board tool's inputSchema. It never fails: a schema it
+// cannot understand is replaced by an empty object schema with Invalid
 // reduced to "arguments form an object", and the reason is returned so the
 // caller can log it.
-func parseSchema(raw json.RawMessage) (*argSchema, error) {
-	s := &argSchema{byName: map[string]*propSchema{}}
+func Parse(raw json.RawMessage) (*Schema, error) {
+	s := &Schema{byName: map[string]*propSchema{}}
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		s.published = emptyObjectSchema
@@ -310,49 +315,49 @@ func (p *propSchema) allows(typ string) bool {
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// argProblem is one thing wrong with a call's arguments.
-type argProblem struct {
-	arg string
-	msg string
+// Problem is one thing wrong with a call's arguments.
+type Problem struct {
+	Arg string
+	Msg string
 }
 
-// validation is the outcome of argSchema.validate.
-type validation struct {
-	problems []argProblem
+// Invalid is the outcome of Schema.validate.
+type Invalid struct {
+	Problems []Problem
 	// fixed is an example argument object that would pass: valid values
 	// kept, fixable ones fixed, missing required ones filled with an
 	// example, unknown ones dropped.
-	fixed string
+	Example string
 }
 
 // validate checks a call's arguments. args may be empty or null (no
 // arguments). It returns the object to forward to the board (the
 // arguments as given, or {} when there were none) when they are valid.
-func (s *argSchema) validate(args json.RawMessage) (json.RawMessage, *validation) {
+func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 	args = bytes.TrimSpace(args)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
 	keys, vals, err := orderedObject(args)
 	if err != nil {
-		v := &validation{}
+		v := &Invalid{}
 		switch {
 		case errors.Is(err, errDuplicateKey):
-			v.problems = append(v.problems, argProblem{msg: "an argument is given twice (" +
+			v.Problems = append(v.Problems, Problem{Msg: "an argument is given twice (" +
 				strings.TrimPrefix(err.Error(), errDuplicateKey.Error()+": ") + "); give each argument once"})
 		case errors.Is(err, errNotObject):
-			v.problems = append(v.problems, argProblem{msg: "arguments must be a JSON object of named values, got " + describeValue(args)})
+			v.Problems = append(v.Problems, Problem{Msg: "arguments must be a JSON object of named values, got " + describeValue(args)})
 		default:
-			v.problems = append(v.problems, argProblem{msg: "arguments are not valid JSON: " + err.Error()})
+			v.Problems = append(v.Problems, Problem{Msg: "arguments are not valid JSON: " + err.Error()})
 		}
-		v.fixed = s.example(nil)
+		v.Example = s.example(nil)
 		return nil, v
 	}
 	if s.unchecked {
 		return args, nil
 	}
 	given := make(map[string]json.RawMessage, len(keys))
-	var problems []argProblem
+	var problems []Problem
 	for i, k := range keys {
 		if _, ok := s.byName[k]; ok {
 			given[k] = vals[i]
@@ -367,22 +372,22 @@ func (s *argSchema) validate(args json.RawMessage) (json.RawMessage, *validation
 		} else if len(s.props) == 0 {
 			msg += "; this tool takes no arguments"
 		} else {
-			msg += "; this tool takes " + s.argList()
+			msg += "; this tool takes " + s.ArgList()
 		}
-		problems = append(problems, argProblem{arg: k, msg: msg})
+		problems = append(problems, Problem{Arg: k, Msg: msg})
 	}
 	fixes := map[string]string{}
 	for _, p := range s.props {
 		raw, ok := given[p.name]
 		if !ok {
 			if p.required {
-				problems = append(problems, argProblem{arg: p.name,
-					msg: fmt.Sprintf("missing required argument %q (%s)", p.name, p.describes)})
+				problems = append(problems, Problem{Arg: p.name,
+					Msg: fmt.Sprintf("missing required argument %q (%s)", p.name, p.describes)})
 			}
 			continue
 		}
 		if msg, fix := p.check(raw); msg != "" {
-			problems = append(problems, argProblem{arg: p.name, msg: msg})
+			problems = append(problems, Problem{Arg: p.name, Msg: msg})
 			if fix != "" {
 				fixes[p.name] = fix
 			}
@@ -400,11 +405,11 @@ func (s *argSchema) validate(args json.RawMessage) (json.RawMessage, *validation
 		keep[name] = fix
 	}
 	for _, pr := range problems {
-		if _, fixed := fixes[pr.arg]; !fixed && pr.arg != "" {
-			delete(keep, pr.arg)
+		if _, fixed := fixes[pr.Arg]; !fixed && pr.Arg != "" {
+			delete(keep, pr.Arg)
 		}
 	}
-	return nil, &validation{problems: problems, fixed: s.example(keep)}
+	return nil, &Invalid{Problems: problems, Example: s.example(keep)}
 }
 
 // check validates one present argument; it returns a problem and, when the
@@ -539,7 +544,7 @@ func (p *propSchema) coerce(raw json.RawMessage, kind string) string {
 // example renders an argument object that satisfies the schema, starting
 // from keep (argument name → JSON value) and adding an example for every
 // required argument still missing.
-func (s *argSchema) example(keep map[string]string) string {
+func (s *Schema) example(keep map[string]string) string {
 	var parts []string
 	for _, p := range s.props {
 		v, ok := keep[p.name]
@@ -594,9 +599,9 @@ func (p *propSchema) exampleValue() string {
 	return `"..."`
 }
 
-// argList describes the accepted arguments, e.g. `volume (an integer from
+// ArgList describes the accepted arguments, e.g. `volume (an integer from
 // 0 to 100, required)`.
-func (s *argSchema) argList() string {
+func (s *Schema) ArgList() string {
 	if len(s.props) == 0 {
 		return "no arguments"
 	}
@@ -615,7 +620,7 @@ func (s *argSchema) argList() string {
 
 // closest finds a declared argument the unknown name probably meant: the
 // same name in another case, or one within a small edit distance.
-func (s *argSchema) closest(name string) string {
+func (s *Schema) closest(name string) string {
 	best, bestDist := "", 3
 	for _, p := range s.props {
 		if strings.EqualFold(p.name, name) {
@@ -687,4 +692,30 @@ func describeValue(raw json.RawMessage) string {
 		return "a list " + c
 	}
 	return "the " + jsonKind(raw) + " " + c
+}
+
+// Published is the schema to show callers: the board's own, unless it had
+// to be repaired into an object schema.
+func (s *Schema) Published() json.RawMessage { return s.published }
+
+// Unchecked reports whether the board's schema could not be understood, in
+// which case only "the arguments form an object" is checked.
+func (s *Schema) Unchecked() bool { return s.unchecked }
+
+// Explain renders the problems for a caller: what is wrong, what the tool
+// takes, and arguments that would pass. tool names the tool as the caller
+// knows it; s may be nil when the accepted arguments are not to be listed.
+func (v *Invalid) Explain(tool string, s *Schema) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Invalid arguments for %s; nothing was sent to the board.\n", tool)
+	for _, p := range v.Problems {
+		b.WriteString("- ")
+		b.WriteString(p.Msg)
+		b.WriteString(".\n")
+	}
+	if s != nil {
+		fmt.Fprintf(&b, "This tool takes %s.\n", s.ArgList())
+	}
+	fmt.Fprintf(&b, "Call it again with arguments like %s.", v.Example)
+	return b.String()
 }

@@ -1,4 +1,4 @@
-package tools
+package argcheck
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Schemas exactly as the firmware renders them (firmware-protocol.md §7.7,
+// Schemas exactly as the firmware renders them (docs/firmware.md,
 // §8).
 const (
 	volumeSchema   = `{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`
@@ -22,9 +22,9 @@ const (
 	upgradeSchema  = `{"type":"object","properties":{"url":{"type":"string","default":"The URL of the firmware binary file to download and install"}}}`
 )
 
-func mustSchema(t *testing.T, raw string) *argSchema {
+func mustSchema(t *testing.T, raw string) *Schema {
 	t.Helper()
-	s, err := parseSchema(json.RawMessage(raw))
+	s, err := Parse(json.RawMessage(raw))
 	require.NoError(t, err)
 	require.False(t, s.unchecked)
 	return s
@@ -44,20 +44,20 @@ func TestParseSchemaKeepsTheBoardsSchema(t *testing.T) {
 }
 
 func TestParseSchemaRepairs(t *testing.T) {
-	s, err := parseSchema(nil)
+	s, err := Parse(nil)
 	require.NoError(t, err)
 	assert.JSONEq(t, noArgsSchema, string(s.published))
 
-	s, err = parseSchema(json.RawMessage(`{"properties":{"x":{"type":"string"}}}`))
+	s, err = Parse(json.RawMessage(`{"properties":{"x":{"type":"string"}}}`))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"type":"object","properties":{"x":{"type":"string"}}}`, string(s.published))
 
 	for _, bad := range []string{`[]`, `{"type":"string"}`, `{"type":"object","properties":[]}`, `{"type":"object","required":"x"}`} {
-		s, err = parseSchema(json.RawMessage(bad))
+		s, err = Parse(json.RawMessage(bad))
 		require.Error(t, err, bad)
 		assert.True(t, s.unchecked)
 		assert.JSONEq(t, noArgsSchema, string(s.published))
-		fwd, v := s.validate(json.RawMessage(`{"anything":1}`))
+		fwd, v := s.Validate(json.RawMessage(`{"anything":1}`))
 		assert.Nil(t, v, "unchecked schemas pass object arguments through")
 		assert.JSONEq(t, `{"anything":1}`, string(fwd))
 	}
@@ -140,7 +140,7 @@ func TestValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustSchema(t, tc.schema)
-			fwd, v := s.validate(json.RawMessage(tc.args))
+			fwd, v := s.Validate(json.RawMessage(tc.args))
 			if len(tc.problems) == 0 {
 				require.Nil(t, v, "unexpected problems: %+v", v)
 				want := tc.args
@@ -152,35 +152,19 @@ func TestValidate(t *testing.T) {
 			}
 			require.NotNil(t, v, "expected problems")
 			assert.Nil(t, fwd)
-			require.Len(t, v.problems, len(tc.problems), "%+v", v.problems)
+			require.Len(t, v.Problems, len(tc.problems), "%+v", v.Problems)
 			for i, want := range tc.problems {
-				assert.Contains(t, v.problems[i].msg, want)
+				assert.Contains(t, v.Problems[i].Msg, want)
 			}
 			if tc.fixed != "" {
-				assert.Equal(t, tc.fixed, v.fixed)
+				assert.Equal(t, tc.fixed, v.Example)
 				var probe map[string]any
-				require.NoError(t, json.Unmarshal([]byte(v.fixed), &probe), "the suggestion is JSON")
-				_, again := s.validate(json.RawMessage(v.fixed))
+				require.NoError(t, json.Unmarshal([]byte(v.Example), &probe), "the suggestion is JSON")
+				_, again := s.Validate(json.RawMessage(v.Example))
 				if tc.fixed != `{"theme": "..."}` && tc.fixed != `{"url": "...", "quality": 1}` {
 					assert.Nil(t, again, "the suggested arguments pass")
 				}
 			}
 		})
 	}
-}
-
-func TestInvalidArgsResultText(t *testing.T) {
-	e := &entry{name: "dev_ddeeff_audio_speaker_set_volume", schema: mustSchema(t, volumeSchema)}
-	e.tool.Name = "self.audio_speaker.set_volume"
-	_, v := e.schema.validate(json.RawMessage(`{"volume":"max"}`))
-	require.NotNil(t, v)
-	res := invalidArgsResult(e, v)
-	require.True(t, res.IsError)
-	data, _ := json.Marshal(res.Content[0])
-	var c struct{ Text string }
-	require.NoError(t, json.Unmarshal(data, &c))
-	assert.Equal(t, "Invalid arguments for self.audio_speaker.set_volume; nothing was sent to the board.\n"+
-		"- argument \"volume\" must be an integer from 0 to 100, but got the string \"max\".\n"+
-		"This tool takes \"volume\" (an integer from 0 to 100, required).\n"+
-		"Call it again with arguments like {\"volume\": 50}.", c.Text)
 }

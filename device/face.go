@@ -1,0 +1,40 @@
+package device
+
+import (
+	"time"
+
+	"github.com/devicebridge/devicebridge/mcpclient"
+)
+
+// The device layer is the one face of the layers below it: callers above
+// (tools/, api/, the transports, app/) use these names and never import
+// mcpclient. They are aliases, as go-sdk's jsonrpc package aliases its
+// internal types, so no value is copied at the boundary.
+type (
+	// Tool is one board tool as the board declares it.
+	Tool = mcpclient.Tool
+	// CallResult is a board's tools/call result.
+	CallResult = mcpclient.CallResult
+	// Content is one item of a CallResult.
+	Content = mcpclient.Content
+	// DeviceError is an error reply from the board (a message, no code).
+	DeviceError = mcpclient.DeviceError
+	// ClientOptions configures each board's MCP client.
+	ClientOptions = mcpclient.Options
+	// Vision is the camera explain endpoint advertised in initialize.
+	Vision = mcpclient.Vision
+)
+
+// Errors from a board's MCP client. Test with errors.Is, or use CodeOf.
+var (
+	// ErrBusy: the board's request queue is full; nothing was sent.
+	ErrBusy = mcpclient.ErrBusy
+	// ErrTimeout: no reply in time; the outcome is unknown.
+	ErrTimeout = mcpclient.ErrTimeout
+	// ErrDisconnected: the link went away before the reply.
+	ErrDisconnected = mcpclient.ErrDisconnected
+)
+
+// DefaultToolTimeouts are the per-tool call timeouts boards need (tools that
+// legitimately take long, such as taking a photo).
+func DefaultToolTimeouts() map[string]time.Duration { return mcpclient.DefaultToolTimeouts() }
