@@ -3,67 +3,65 @@ package tools
 import (
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
-// rateLimiter is a set of token buckets, one per key (a session, or a
-// client address for requests outside a session). Idle buckets are
+// rateLimiter keeps one golang.org/x/time/rate limiter per key (a session,
+// or a client address for requests outside a session). Idle limiters are
 // reclaimed lazily when the set grows, so it needs no goroutine.
 type rateLimiter struct {
-	rate  float64 // tokens per second
-	burst float64
+	limit rate.Limit
+	burst int
 
 	mu        sync.Mutex
-	buckets   map[string]*bucket
+	limiters  map[string]*rate.Limiter
 	sweepSize int // size at which the next sweep runs
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
 }
 
 const minSweepSize = 1024
 
-func newRateLimiter(rate float64, burst int) *rateLimiter {
-	return &rateLimiter{rate: rate, burst: float64(burst), buckets: map[string]*bucket{}, sweepSize: minSweepSize}
+func newRateLimiter(perSecond float64, burst int) *rateLimiter {
+	return &rateLimiter{limit: rate.Limit(perSecond), burst: burst, limiters: map[string]*rate.Limiter{}, sweepSize: minSweepSize}
 }
 
 // allow takes one token for key. When none is left it reports how long
-// until one is.
+// until one is, for Retry-After.
 func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[key]
-	if b == nil {
-		if len(l.buckets) >= l.sweepSize {
+	lim := l.limiters[key]
+	if lim == nil {
+		if len(l.limiters) >= l.sweepSize {
 			l.sweep(now)
 		}
-		b = &bucket{tokens: l.burst, last: now}
-		l.buckets[key] = b
+		lim = rate.NewLimiter(l.limit, l.burst)
+		l.limiters[key] = lim
 	}
-	b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
+	l.mu.Unlock()
+	r := lim.ReserveN(now, 1)
+	if !r.OK() {
+		return false, time.Second
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	if wait := r.DelayFrom(now); wait > 0 {
+		r.CancelAt(now) // refused: give the token back
+		return false, wait
+	}
+	return true, 0
 }
 
-// sweep drops buckets that have refilled completely (their owner has been
-// idle long enough that forgetting them changes nothing).
+// sweep drops limiters whose bucket has refilled completely: their owner
+// has been idle long enough that forgetting them changes nothing.
 func (l *rateLimiter) sweep(now time.Time) {
-	full := time.Duration(l.burst / l.rate * float64(time.Second))
-	for k, b := range l.buckets {
-		if now.Sub(b.last) >= full {
-			delete(l.buckets, k)
+	for k, lim := range l.limiters {
+		if lim.TokensAt(now) >= float64(l.burst) {
+			delete(l.limiters, k)
 		}
 	}
-	l.sweepSize = max(minSweepSize, 2*len(l.buckets))
+	l.sweepSize = max(minSweepSize, 2*len(l.limiters))
 }
 
 func (l *rateLimiter) forget(key string) {
 	l.mu.Lock()
-	delete(l.buckets, key)
+	delete(l.limiters, key)
 	l.mu.Unlock()
 }
