@@ -11,61 +11,25 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/tools"
 )
 
-// MCPConfig configures the upstream MCP server on /mcp (control listener).
+// MCPConfig configures the upstream MCP server on /mcp (control listener):
+// whether it runs, and the server's own options (tools.Options, whose yaml
+// keys sit directly under mcp:). Two rules are the app's: with no tokens of
+// its own /mcp takes the control API's, and a nil AllowedOrigins from the
+// file means "no browser origin" rather than the defaults.
 type MCPConfig struct {
 	// Enabled serves /mcp. Default true.
-	Enabled bool `yaml:"enabled"`
-	// Aliases maps a board's MAC to the alias its tool names start with,
-	// e.g. "aa:bb:cc:dd:ee:ff": kitchen gives kitchen_audio_speaker_set_volume.
-	// Boards without an alias get dev_ and the last three bytes of the MAC
-	// (dev_ddeeff).
-	Aliases map[string]string `yaml:"aliases"`
-	// ShowUserOnlyTools also publishes the tools boards reserve for people
-	// (annotations.audience ["user"], e.g. reboot). Default false: hidden
-	// from the model.
-	ShowUserOnlyTools bool `yaml:"show_user_only_tools"`
-	// Compact publishes three fixed tools (list_devices, describe_device,
-	// call_device_tool) instead of every board tool, for hosts that cap the
-	// number of tools. Default false.
-	Compact bool `yaml:"compact"`
-	// PageSize is the number of tools per tools/list page. Default 100.
-	PageSize int `yaml:"page_size"`
-	// Tokens are the bearer tokens accepted on /mcp. Empty means the
-	// control API's tokens (control.tokens) apply; if both are empty /mcp
-	// is open to whoever reaches the control listener (loopback by
-	// default).
-	Tokens []string `yaml:"tokens"`
-	// AllowedOrigins lists the browser origins admitted ("*", exact
-	// origins, or scheme://host:* for any port). Requests without an
-	// Origin header are always admitted; any other Origin gets 403.
-	// Default: localhost, 127.0.0.1 and [::1] on any port.
-	AllowedOrigins []string `yaml:"allowed_origins"`
-	// MaxBodyBytes bounds a request body (413 beyond it). Default 4 MiB.
-	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// RateLimit is the sustained requests per second allowed per session
-	// (per client address outside a session); RateBurst the burst. Beyond
-	// it requests get 429. Defaults 20 and 40; a negative rate disables it.
-	RateLimit float64 `yaml:"rate_limit"`
-	RateBurst int     `yaml:"rate_burst"`
-	// SessionTimeout closes legacy (2025-era) sessions idle this long.
-	// Default 30m; negative never.
-	SessionTimeout time.Duration `yaml:"session_timeout"`
-	// ProgressInterval is how often a call still waiting for its board
-	// sends a progress notification (when the client asked for progress).
-	// Default 10s; negative disables.
-	ProgressInterval time.Duration `yaml:"progress_interval"`
+	Enabled       bool `yaml:"enabled"`
+	tools.Options `yaml:",inline"`
 }
 
 func defaultMCPConfig() MCPConfig {
-	return MCPConfig{
-		Enabled:          true,
+	return MCPConfig{Enabled: true, Options: tools.Options{
 		AllowedOrigins:   append([]string(nil), tools.DefaultAllowedOrigins...),
 		PageSize:         tools.DefaultPageSize,
 		MaxBodyBytes:     tools.DefaultMaxBodyBytes,
@@ -73,7 +37,7 @@ func defaultMCPConfig() MCPConfig {
 		RateBurst:        tools.DefaultRateBurst,
 		SessionTimeout:   tools.DefaultSessionTimeout,
 		ProgressInterval: tools.DefaultProgressInterval,
-	}
+	}}
 }
 
 func (c MCPConfig) validate() error {
@@ -93,29 +57,15 @@ func (c MCPConfig) validate() error {
 // options maps the configuration onto tools.Options. Without MCP tokens
 // of its own, /mcp takes the control API's.
 func (c MCPConfig) options(version string, controlTokens []string, log *zap.Logger) tools.Options {
-	tokens := c.Tokens
-	if len(tokens) == 0 {
-		tokens = controlTokens
+	o := c.Options
+	o.Version, o.Logger = version, log
+	if len(o.Tokens) == 0 {
+		o.Tokens = controlTokens
 	}
-	origins := c.AllowedOrigins
-	if origins == nil {
-		origins = []string{} // an explicit empty list: no browser origin
+	if o.AllowedOrigins == nil {
+		o.AllowedOrigins = []string{} // an explicit empty list: no browser origin
 	}
-	return tools.Options{
-		Version:           version,
-		Aliases:           c.Aliases,
-		ShowUserOnlyTools: c.ShowUserOnlyTools,
-		Compact:           c.Compact,
-		PageSize:          c.PageSize,
-		Tokens:            tokens,
-		AllowedOrigins:    origins,
-		MaxBodyBytes:      c.MaxBodyBytes,
-		RateLimit:         c.RateLimit,
-		RateBurst:         c.RateBurst,
-		SessionTimeout:    c.SessionTimeout,
-		ProgressInterval:  c.ProgressInterval,
-		Logger:            log,
-	}
+	return o
 }
 
 func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {

@@ -46,52 +46,53 @@ var DefaultAllowedOrigins = []string{
 }
 
 // Options configure the upstream MCP server. Zero values take the
-// defaults above.
+// defaults above. The yaml tags are the keys of the bridge config file's
+// mcp: section, which embeds Options.
 type Options struct {
 	// Version is reported as serverInfo.version.
-	Version string
+	Version string `yaml:"-"`
 	// Aliases maps a device id (a MAC, in any case or separator style) to
 	// the alias its tool names start with. Boards without one get
 	// DefaultAlias.
-	Aliases map[string]string
+	Aliases map[string]string `yaml:"aliases"`
 	// ShowUserOnlyTools publishes tools that boards reserve for people
 	// (annotations.audience ["user"]); by default they are hidden from
 	// the model.
-	ShowUserOnlyTools bool
+	ShowUserOnlyTools bool `yaml:"show_user_only_tools"`
 	// Compact replaces the per-board tools by three fixed tools
 	// (list_devices, describe_device, call_device_tool), for hosts that
 	// cap the number of tools.
-	Compact bool
+	Compact bool `yaml:"compact"`
 	// PageSize is the number of tools per tools/list page.
-	PageSize int
+	PageSize int `yaml:"page_size"`
 	// Tokens, when non-empty, are the bearer tokens accepted on /mcp;
 	// requests without one get 401.
-	Tokens []string
+	Tokens []string `yaml:"tokens"`
 	// AllowedOrigins lists the browser origins admitted: exact origins
 	// ("https://app.example"), any port of a host ("http://localhost:*"),
 	// or "*". Nil means DefaultAllowedOrigins; an empty non-nil list admits
 	// only requests without Origin. A request with any other Origin gets
 	// 403.
-	AllowedOrigins []string
+	AllowedOrigins []string `yaml:"allowed_origins"`
 	// MaxBodyBytes bounds a request body (413 beyond it).
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RateLimit is the sustained number of requests per second allowed per
 	// session (per client address for requests outside a session), with
 	// bursts up to RateBurst; beyond it requests get 429. Negative
 	// disables rate limiting.
-	RateLimit float64
-	RateBurst int
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
 	// SessionTimeout closes legacy sessions idle for this long. Negative
 	// keeps them until the client ends them.
-	SessionTimeout time.Duration
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 	// ProgressInterval is how often a call still waiting for its board
 	// sends notifications/progress, when the client gave a progress token.
 	// Negative disables the heartbeats.
-	ProgressInterval time.Duration
+	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// EventStoreBytes bounds the memory kept for resuming legacy streams.
-	EventStoreBytes int
+	EventStoreBytes int `yaml:"event_store_bytes"`
 	// Logger receives the server's logs; name it "mcp". Nil discards.
-	Logger *zap.Logger
+	Logger *zap.Logger `yaml:"-"`
 }
 
 func (o *Options) fill() {
