@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Schemas exactly as the firmware renders them (firmware-protocol.md §7.7,
-// §8).
+// Schemas exactly as the firmware renders them (docs/firmware.md,
+// "Schemas").
 const (
 	volumeSchema   = `{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`
 	themeSchema    = `{"type":"object","properties":{"theme":{"type":"string"}},"required":["theme"]}`
