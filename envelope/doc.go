@@ -10,5 +10,6 @@
 // The firmware's JSON-RPC dialect is repaired here, at this one boundary:
 // errors arrive without a "code", and error messages are pasted into the JSON
 // unescaped, so a message containing a quote is not valid JSON at all
-// (see firmware-protocol.md §7.6). Nothing above this package sees either quirk.
+// (see docs/firmware.md, "Other protocol facts"). Nothing above this package
+// sees either quirk.
 package envelope

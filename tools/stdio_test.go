@@ -2,14 +2,21 @@ package tools_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
+	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/simulator"
@@ -90,4 +97,200 @@ func TestStdioProxy(t *testing.T) {
 func TestStdioProxyNeedsURL(t *testing.T) {
 	_, err := tools.NewStdioProxy(tools.StdioProxyOptions{})
 	require.Error(t, err)
+}
+
+// proxyRun is a StdioProxy serving a host over two pipes.
+type proxyRun struct {
+	host *mcp.ClientSession // nil unless asked for
+	done chan struct{}      // closed when Run has returned
+	err  error              // Run's result, once done is closed
+}
+
+// runProxy runs p until the end of the test (or until Run gives up) and,
+// if withHost, connects a host to it.
+func runProxy(t *testing.T, p *tools.StdioProxy, withHost bool) *proxyRun {
+	t.Helper()
+	hostIn, proxyOut := io.Pipe()
+	proxyIn, hostOut := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &proxyRun{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.err = p.Run(ctx, &mcp.IOTransport{Reader: proxyIn, Writer: proxyOut})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(5 * time.Second):
+			t.Error("the proxy did not stop")
+		}
+		_ = hostIn.Close()
+		_ = hostOut.Close()
+	})
+	if withHost {
+		host := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
+		cctx, ccancel := withTimeout(10 * time.Second)
+		defer ccancel()
+		cs, err := host.Connect(cctx, &mcp.IOTransport{Reader: hostIn, Writer: hostOut}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		r.host = cs
+	}
+	return r
+}
+
+// gateTransport holds every request to the bridge until open is closed,
+// as if the bridge were slow to answer.
+type gateTransport struct {
+	open chan struct{}
+	next http.RoundTripper
+}
+
+func (g gateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	select {
+	case <-g.open:
+		return g.next.RoundTrip(r)
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+}
+
+type listOutcome struct {
+	names []string
+	err   error
+}
+
+type callOutcome struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// listAll lists every page without failing the test, for goroutines.
+func listAll(cs *mcp.ClientSession) listOutcome {
+	ctx, cancel := withTimeout(30 * time.Second)
+	defer cancel()
+	var out listOutcome
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			out.err = err
+			return out
+		}
+		out.names = append(out.names, tool.Name)
+	}
+	return out
+}
+
+func callOnce(cs *mcp.ClientSession, name string, args any) callOutcome {
+	ctx, cancel := withTimeout(30 * time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	return callOutcome{res, err}
+}
+
+// TestStdioProxyHoldsRequestsUntilListed: a host that lists or calls
+// before the proxy has listed the bridge's tools waits for that listing,
+// instead of getting an empty list and an unknown-tool error.
+func TestStdioProxyHoldsRequestsUntilListed(t *testing.T) {
+	b := startBridge(t, nil)
+	board := b.board(macA, "breadboard", simulator.Config{})
+	gate := gateTransport{open: make(chan struct{}), next: b.http.Transport}
+	core, logs := observer.New(zapcore.DebugLevel)
+	p, err := tools.NewStdioProxy(tools.StdioProxyOptions{URL: b.url, HTTPClient: &http.Client{Transport: gate},
+		RetryInterval: 50 * time.Millisecond, StartupWait: 20 * time.Second, Logger: zap.New(core)})
+	require.NoError(t, err)
+	r := runProxy(t, p, true)
+	var openOnce sync.Once
+	open := func() { openOnce.Do(func() { close(gate.open) }) }
+	t.Cleanup(open) // runs before the proxy's cleanup, even if the test fails early
+
+	volume := upstreamName(macA, "self.audio_speaker.set_volume")
+	listed := make(chan listOutcome, 1)
+	called := make(chan callOutcome, 1)
+	go func() { listed <- listAll(r.host) }()
+	go func() { called <- callOnce(r.host, volume, map[string]any{"volume": 7}) }()
+
+	// Both requests reach the proxy while the bridge cannot answer it.
+	held := func() int { return logs.FilterMessage("holding a request until the bridge's tools are known").Len() }
+	require.Eventually(t, func() bool { return held() == 2 || len(listed) > 0 || len(called) > 0 },
+		10*time.Second, 5*time.Millisecond, "the requests never reached the proxy")
+	select {
+	case l := <-listed:
+		t.Fatalf("tools/list was answered before the bridge was reached: %v, %v", l.names, l.err)
+	case c := <-called:
+		t.Fatalf("tools/call was answered before the bridge was reached: %v, %v", c.res, c.err)
+	default:
+	}
+
+	open()
+	l := <-listed
+	require.NoError(t, l.err)
+	assert.Contains(t, l.names, volume, "the first answer holds the bridge's whole list")
+	c := <-called
+	require.NoError(t, c.err)
+	require.False(t, c.res.IsError, text(c.res))
+	assert.EqualValues(t, 7, board.State()["audio_speaker.volume"])
+}
+
+// TestStdioProxyBridgeNotUpYet: while the bridge is down, held requests
+// end with an error that says so; the proxy keeps trying and serves the
+// tools once the bridge is up.
+func TestStdioProxyBridgeNotUpYet(t *testing.T) {
+	// A loopback port with nothing on it, for the bridge to take later.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	p, err := tools.NewStdioProxy(tools.StdioProxyOptions{URL: "http://" + addr + "/mcp", HTTPClient: hc,
+		RetryInterval: 50 * time.Millisecond, StartupWait: 300 * time.Millisecond})
+	require.NoError(t, err)
+	r := runProxy(t, p, true)
+
+	l0 := listAll(r.host)
+	require.Error(t, l0.err, "an empty list is not an answer: got %v", l0.names)
+	assert.Contains(t, l0.err.Error(), "not reachable yet")
+	volume := upstreamName(macA, "self.audio_speaker.set_volume")
+	c := callOnce(r.host, volume, map[string]any{"volume": 7})
+	require.NoError(t, c.err)
+	require.True(t, c.res.IsError)
+	assert.Contains(t, text(c.res), "not reachable yet")
+
+	b := startBridge(t, func(c *app.Config) { c.ControlListen = addr })
+	b.board(macA, "breadboard", simulator.Config{})
+	eventually(t, 10*time.Second, func() bool {
+		l := listAll(r.host)
+		return l.err == nil && slices.Contains(l.names, volume)
+	}, "the proxy never reached the bridge once it was up")
+	res := callTool(t, r.host, volume, map[string]any{"volume": 7})
+	require.False(t, res.IsError, text(res))
+}
+
+// TestStdioProxyTokenRejected: a bridge that refuses the token is up, so
+// the proxy stops with an error naming the status instead of retrying.
+func TestStdioProxyTokenRejected(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) { c.MCP.Tokens = []string{"tok"} })
+	for _, tc := range []struct {
+		name, token string
+		sent        bool
+	}{{"wrong token", "wrong", true}, {"no token", "", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tools.NewStdioProxy(tools.StdioProxyOptions{URL: b.url, Token: tc.token, HTTPClient: b.http,
+				RetryInterval: 50 * time.Millisecond})
+			require.NoError(t, err)
+			r := runProxy(t, p, false)
+			select {
+			case <-r.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the proxy keeps retrying a token the bridge refuses")
+			}
+			var rej *tools.TokenRejectedError
+			require.True(t, errors.As(r.err, &rej), "Run's error: %v", r.err)
+			assert.Equal(t, http.StatusUnauthorized, rej.StatusCode)
+			assert.Equal(t, tc.sent, rej.TokenSent)
+			assert.Contains(t, rej.Error(), "the bridge rejected the token: 401 Unauthorized")
+		})
+	}
 }

@@ -6,7 +6,9 @@
 //	mcp-stdio --url http://127.0.0.1:8080/mcp [--token T]
 //
 // The token may also come from DEVICEBRIDGE_MCP_TOKEN, which keeps it out
-// of the host's process list.
+// of the host's process list. A bridge that is not up yet is retried; a
+// bridge that refuses the token (401 or 403) ends the command with exit
+// status 1, since retrying cannot fix that.
 package main
 
 import (
@@ -14,9 +16,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
@@ -28,45 +32,68 @@ import (
 // version is set at build time (-ldflags "-X main.version=...").
 var version = "dev"
 
+// tokenEnv is where the token comes from when --token is not given.
+const tokenEnv = "DEVICEBRIDGE_MCP_TOKEN"
+
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Like mcp.StdioTransport, the proxy never closes the real stdout.
+	code := run(ctx, os.Args[1:], os.Stdin, nopCloser{os.Stdout}, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command, with its environment passed in so that tests
+// can drive it; it returns the exit status.
+func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer,
+	getenv func(string) string) int {
 	fs := flag.NewFlagSet("mcp-stdio", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	url := fs.String("url", "http://127.0.0.1:8080/mcp", "the bridge's MCP endpoint")
-	token := fs.String("token", os.Getenv("DEVICEBRIDGE_MCP_TOKEN"), "bearer token for the bridge (default $DEVICEBRIDGE_MCP_TOKEN)")
+	token := fs.String("token", getenv(tokenEnv), "bearer token for the bridge (default $"+tokenEnv+")")
 	protoVersion := fs.String("protocol-version", "", "pin the protocol version spoken to the bridge, e.g. 2025-11-25 (default: newest, with fallback)")
+	startupWait := fs.Duration("startup-wait", 8*time.Second, "how long the host's first tools/list or tools/call waits for the bridge's tool list")
 	level := fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return
+			return 0
 		}
-		os.Exit(2)
+		return 2
 	}
 	lvl, err := zapcore.ParseLevel(*level)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mcp-stdio:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "mcp-stdio:", err)
+		return 2
 	}
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	zc.OutputPaths = []string{"stderr"} // stdout carries the protocol
-	zc.ErrorOutputPaths = []string{"stderr"}
-	logger, err := zc.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mcp-stdio:", err)
-		os.Exit(2)
-	}
+	// stdout carries the protocol, so every log line goes to stderr.
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
+		zapcore.Lock(zapcore.AddSync(stderr)), lvl))
 	defer func() { _ = logger.Sync() }()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	p, err := tools.NewStdioProxy(tools.StdioProxyOptions{
-		URL: *url, Token: *token, ProtocolVersion: *protoVersion, Version: version, Logger: logger.Named("stdio"),
+		URL: *url, Token: *token, ProtocolVersion: *protoVersion, StartupWait: *startupWait,
+		Version: version, Logger: logger.Named("stdio"),
 	})
 	if err == nil {
-		err = p.Run(ctx, &mcp.StdioTransport{})
+		err = p.Run(ctx, &mcp.IOTransport{Reader: stdin, Writer: stdout})
 	}
-	if err != nil {
+	var rej *tools.TokenRejectedError
+	switch {
+	case errors.As(err, &rej):
+		// A plain sentence, not a JSON log line: this is what a user
+		// looking at the host's server log needs to act on.
+		fmt.Fprintf(stderr, "mcp-stdio: %v\n", rej)
+		fmt.Fprintf(stderr, "mcp-stdio: set the token with --token or the %s environment variable; "+
+			"it must be one the bridge accepts on /mcp (its --mcp-token, or --control-token when no MCP token is set)\n",
+			tokenEnv)
+		return 1
+	case err != nil:
 		logger.Error("mcp-stdio failed", zap.Error(err))
-		_ = logger.Sync()
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

@@ -67,6 +67,11 @@ type Main struct {
 	logFormat     string
 	logLevel      string
 	log           *zap.Logger
+	// statsLog carries the fleet counters. It logs at info level whatever
+	// --log-level says: --stats-interval is an explicit request for them,
+	// and load runs typically use --log-level warn to silence per-board
+	// chatter, which would otherwise hide the counters too.
+	statsLog *zap.Logger
 	// mqtt selects the MQTT transport when its Endpoint is set.
 	mqtt simulator.MQTTConfig
 }
@@ -111,7 +116,7 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	// Output.
 	fs.StringVar(&m.logFormat, "log-format", "console", "log format: console or json")
 	fs.StringVar(&m.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&m.statsInterval, "stats-interval", 10*time.Second, "how often to log fleet counters (0 = never)")
+	fs.DurationVar(&m.statsInterval, "stats-interval", 10*time.Second, "how often to log fleet counters, whatever --log-level says (0 = never)")
 
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -119,11 +124,11 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	log, err := newLogger(m.logFormat, m.logLevel)
+	log, statsLog, err := newLoggers(m.logFormat, m.logLevel, stderr)
 	if err != nil {
 		return err
 	}
-	m.log = log
+	m.log, m.statsLog = log, statsLog
 	return nil
 }
 
@@ -160,23 +165,27 @@ func parseToolDelay(v string) (string, time.Duration, error) {
 	return name, d, nil
 }
 
-func newLogger(format, level string) (*zap.Logger, error) {
+// newLoggers builds the main logger, at the chosen level, and the stats
+// logger, at info level; both write to w.
+func newLoggers(format, level string, w io.Writer) (log, stats *zap.Logger, err error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var cfg zap.Config
+	var enc zapcore.Encoder
 	switch format {
 	case "console":
-		cfg = zap.NewDevelopmentConfig()
-		cfg.DisableStacktrace = true
+		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
 	case "json":
-		cfg = zap.NewProductionConfig()
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	default:
-		return nil, fmt.Errorf("log format %q: want console or json", format)
+		return nil, nil, fmt.Errorf("log format %q: want console or json", format)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	return cfg.Build()
+	sink := zapcore.Lock(zapcore.AddSync(w))
+	opts := []zap.Option{zap.ErrorOutput(sink), zap.AddCaller()}
+	log = zap.New(zapcore.NewCore(enc, sink, lvl), opts...)
+	stats = zap.New(zapcore.NewCore(enc.Clone(), sink, zapcore.InfoLevel), opts...)
+	return log, stats, nil
 }
 
 // Run starts the fleet and blocks until ctx ends (or, without reconnect,
@@ -250,7 +259,7 @@ func (m *Main) logStats(ctx context.Context, f *simulator.Fleet) {
 			return
 		case <-t.C:
 			s := f.Stats()
-			m.log.Info("fleet",
+			m.statsLog.Info("fleet",
 				zap.Int("boards", s.Boards), zap.Int("connected", s.Connected),
 				zap.Uint64("connects", s.Connects), zap.Uint64("calls_run", s.CallsRun),
 				zap.Uint64("text_received", s.TextReceived), zap.Uint64("messages_sent", s.MessagesSent),

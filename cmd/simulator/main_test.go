@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/devicebridge/devicebridge/simulator"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -94,4 +96,51 @@ func TestRun(t *testing.T) {
 	}
 	wg.Wait()
 	assert.ElementsMatch(t, []string{"02:aa:00:00:00:01", "02:aa:00:00:00:02"}, ids)
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStatsIgnoreLogLevel: --stats-interval asks for the fleet counters,
+// so --log-level warn (the usual setting for load runs) must not hide
+// them, while it still hides other info lines.
+func TestStatsIgnoreLogLevel(t *testing.T) {
+	for _, format := range []string{"console", "json"} {
+		t.Run(format, func(t *testing.T) {
+			var out lockedBuffer
+			m := &Main{}
+			require.NoError(t, m.ParseFlags([]string{"--log-level", "warn", "--log-format", format,
+				"--stats-interval", "10ms"}, &out))
+			profile, err := simulator.LoadProfile("breadboard")
+			require.NoError(t, err)
+			fleet, err := simulator.NewFleet(simulator.FleetConfig{URL: "ws://127.0.0.1:1/", Profile: profile, Count: 1})
+			require.NoError(t, err)
+
+			m.log.Info("per-board chatter")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); m.logStats(ctx, fleet) }()
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "fleet") },
+				5*time.Second, 5*time.Millisecond, "no stats line at --log-level warn")
+			cancel()
+			<-done
+			assert.Contains(t, out.String(), "boards")
+			assert.NotContains(t, out.String(), "per-board chatter", "--log-level warn still applies elsewhere")
+		})
+	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // Schemas exactly as the firmware renders them (docs/firmware.md,
-// §8).
+// "Schemas").
 const (
 	volumeSchema   = `{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`
 	themeSchema    = `{"type":"object","properties":{"theme":{"type":"string"}},"required":["theme"]}`
