@@ -7,4 +7,9 @@
 // Transports hand the Hub a [Link] per board once its handshake is done; the
 // session wraps it in an envelope stream and an MCP client. Nothing here
 // knows which transport a board uses, and no transport library is imported.
+//
+// Lock order: Hub.mu, then Session.mu, then Subscription.mu. The Hub
+// publishes events while holding its lock (so events stay in order with
+// Attach), which takes each Subscription's lock; a Session never takes the
+// Hub's lock while holding its own.
 package device

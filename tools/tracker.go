@@ -19,6 +19,10 @@ import (
 //
 // In the modern era closing the response stream is the cancellation, so
 // there is nothing to withhold.
+//
+// This works around an SDK gap tracked upstream as go-sdk issues #1235 and
+// #1259 (pull request #1267 adds the fix: no response for a request the
+// peer cancelled). Once a release we use has it, the tracker can go.
 
 const (
 	// suppressTTL bounds how long a cancelled call's result is waited for.
