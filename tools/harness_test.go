@@ -81,7 +81,8 @@ func startBridge(t testing.TB, mutate func(*app.Config)) *bridge {
 	return b
 }
 
-// board connects a simulated board and waits until the bridge has it ready.
+// board connects a simulated board and waits until the bridge has it ready
+// and publishes it upstream.
 func (b *bridge) board(mac, profile string, cfg simulator.Config) *simulator.Board {
 	t := b.t
 	t.Helper()
@@ -95,7 +96,17 @@ func (b *bridge) board(mac, profile string, cfg simulator.Config) *simulator.Boa
 	require.NoError(t, board.ConnectWebSocket(ctx, b.app.DeviceURL()))
 	t.Cleanup(func() { _ = board.Close() })
 	b.waitState(mac, device.StateReady)
+	b.waitPublished(mac)
 	return board
+}
+
+// waitPublished waits until the upstream MCP server shows the board as
+// ready. It follows the Hub on its own goroutine, so a board the Hub calls
+// ready may still be missing from tools/list for a moment.
+func (b *bridge) waitPublished(mac string) {
+	b.t.Helper()
+	require.Eventually(b.t, func() bool { return b.app.MCP().Published(mac) }, 10*time.Second, 5*time.Millisecond,
+		"device %s never published upstream", mac)
 }
 
 // waitState polls the Hub until the device reaches state (StateClosed
