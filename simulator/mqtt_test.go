@@ -96,11 +96,78 @@ func startMQTTServer(t *testing.T) (*mqttServer, string) {
 	s := &mqttServer{t: t}
 	s.srv = mochi.New(&mochi.Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, s.srv.AddHook(s, nil))
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	require.NoError(t, s.srv.AddListener(l))
-	require.NoError(t, s.srv.Serve())
-	t.Cleanup(func() { _ = s.srv.Close() })
-	return s, "tcp://" + l.Address()
+	return s, serveMochi(t, s.srv)
+}
+
+// serveMochi serves srv on a loopback port and returns its URL. The broker
+// stops when the test ends, after the test's own cleanups (which close the
+// boards) have run.
+//
+// mochi's Close disconnects the clients that completed CONNECT and then
+// waits for the goroutine of every connection it accepted. A connection
+// still in its CONNECT exchange (a board connecting or reconnecting just
+// then) is not disconnected, so Close would wait for as long as the peer
+// keeps its socket open: minutes. So the broker stops in order: stop
+// accepting, close every accepted connection, and only then Close, which
+// has nothing left to wait for; and that wait is bounded.
+func serveMochi(t *testing.T, srv *mochi.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tl := &trackingListener{Listener: ln}
+	require.NoError(t, srv.AddListener(listeners.NewNet("t", tl)))
+	require.NoError(t, srv.Serve())
+	t.Cleanup(func() {
+		tl.closeAll()
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = srv.Close()
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(waitTimeout):
+			t.Errorf("the mochi broker did not stop within %v", waitTimeout)
+		}
+	})
+	return "tcp://" + ln.Addr().String()
+}
+
+// trackingListener remembers the connections it accepts so that they can
+// all be closed at shutdown.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns = append(l.conns, c)
+	return c, nil
+}
+
+// closeAll stops accepting and closes every connection accepted so far.
+func (l *trackingListener) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	_ = l.Listener.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // uplink returns the payloads boards published, in order.
@@ -334,15 +401,12 @@ func TestMQTTRefused(t *testing.T) {
 	s := &refuser{}
 	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, srv.AddHook(s, nil))
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	require.NoError(t, srv.AddListener(l))
-	require.NoError(t, srv.Serve())
-	defer srv.Close()
+	url := serveMochi(t, srv)
 
 	b := mqttBoard(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	_, err := b.ConnectMQTT(ctx, MQTTConfig{Endpoint: "tcp://" + l.Address(), Username: "x", Password: "y"})
+	_, err := b.ConnectMQTT(ctx, MQTTConfig{Endpoint: url, Username: "x", Password: "y"})
 	require.ErrorIs(t, err, ErrMQTTRefused)
 	_, err = b.ConnectMQTT(ctx, MQTTConfig{Endpoint: "127.0.0.1:1"})
 	require.Error(t, err)
