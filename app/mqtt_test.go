@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/mqtt/mosquittotest"
@@ -37,18 +38,11 @@ func leakCheck(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
-// eventually polls f until it returns nil or the deadline passes.
+// eventually waits until f returns nil; on timeout the failure shows f's
+// last error.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(mqttWait)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after %v: %v", what, mqttWait, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, f()) }, mqttWait, 10*time.Millisecond, what)
 }
 
 // startBridge runs a real bridge on loopback ports: WebSocket, control API,
@@ -697,16 +691,10 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 		return sb
 	}
 	ready := func(b *testing.B, a *App, mac string) {
-		deadline := time.Now().Add(mqttWait)
-		for {
-			if s, ok := a.Hub.Session(mac); ok && s.Info().State.String() == "ready" {
-				return
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%s not ready", mac)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		require.Eventually(b, func() bool {
+			s, ok := a.Hub.Session(mac)
+			return ok && s.Info().State == device.StateReady
+		}, mqttWait, 5*time.Millisecond, "%s not ready", mac)
 	}
 
 	b.Run("websocket", func(b *testing.B) {

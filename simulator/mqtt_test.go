@@ -180,25 +180,19 @@ func (s *mqttServer) uplink() []packets.Packet {
 // waitUplink waits for the n-th uplink publish (1-based) and returns it.
 func (s *mqttServer) waitUplink(n int) packets.Packet {
 	s.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for time.Now().Before(deadline) {
-		if p := s.uplink(); len(p) >= n {
-			return p[n-1]
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.t.Fatalf("no uplink message #%d after %v", n, waitTimeout)
-	return packets.Packet{}
+	require.Eventually(s.t, func() bool { return len(s.uplink()) >= n }, waitTimeout, 5*time.Millisecond,
+		"no uplink message #%d", n)
+	return s.uplink()[n-1]
 }
 
 // down publishes a server message that reaches every board.
 func (s *mqttServer) down(payload string) {
 	s.t.Helper()
-	waitFor(s.t, "every connected board to be subscribed to the downlink", func() bool {
+	require.Eventually(s.t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.established >= len(s.connects)
-	})
+	}, waitTimeout, 5*time.Millisecond, "every connected board to be subscribed to the downlink")
 	require.NoError(s.t, s.srv.Publish("down/any/topic", []byte(payload), false, 0))
 }
 
@@ -223,17 +217,6 @@ func connectTestMQTT(t *testing.T, b *Board, mc MQTTConfig) *MQTTConn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestMQTTLikeCurrentFirmware checks the MQTT-level behaviour of current
@@ -275,11 +258,11 @@ func TestMQTTLegacySubscribes(t *testing.T) {
 	srv, url := startMQTTServer(t)
 	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:02"})
 	connectTestMQTT(t, b, MQTTConfig{Endpoint: url, Legacy: true})
-	waitFor(t, "legacy subscribe", func() bool {
+	require.Eventually(t, func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return len(srv.subscribes) == 1
-	})
+	}, waitTimeout, 5*time.Millisecond, "legacy subscribe")
 	srv.mu.Lock()
 	sub := srv.subscribes[0].Filters[0]
 	srv.mu.Unlock()
@@ -380,11 +363,11 @@ func TestMQTTGoodbye(t *testing.T) {
 	srv.down(`{"type":"goodbye","session_id":"other"}`)
 	srv.down(`{"type":"goodbye"}`)
 	srv.down(`{"type":"goodbye","session_id":1}`)
-	waitFor(t, "stale goodbyes ignored", func() bool { return conn.Stats().GoodbyesStale == 3 })
+	require.Eventually(t, func() bool { return conn.Stats().GoodbyesStale == 3 }, waitTimeout, 5*time.Millisecond, "stale goodbyes ignored")
 	assert.True(t, conn.AudioChannelOpen())
 
 	srv.down(`{"type":"goodbye","session_id":"s1"}`)
-	waitFor(t, "channel closed", func() bool { return !conn.AudioChannelOpen() })
+	require.Eventually(t, func() bool { return !conn.AudioChannelOpen() }, waitTimeout, 5*time.Millisecond, "channel closed")
 	assert.EqualValues(t, 1, conn.Stats().GoodbyesIn)
 
 	open(2, "s2")

@@ -148,14 +148,14 @@ func TestListChanged(t *testing.T) {
 
 			n := changed.count()
 			robot := b.board(mac, "robot", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed after a board connected")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed after a board connected")
 			require.Contains(t, toolNames(t, cs), leaving)
 			require.False(t, callTool(t, cs, leaving, map[string]any{"volume": 10}).IsError)
 
 			n = changed.count()
 			require.NoError(t, robot.Close())
 			b.waitState(mac, device.StateClosed)
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed after a board left")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed after a board left")
 			names := toolNames(t, cs)
 			require.NotContains(t, names, leaving)
 			require.Contains(t, names, upstreamName(macA, "self.audio_speaker.set_volume"), "the other board stays")
@@ -185,7 +185,7 @@ func TestListChangedDeclaredWithoutBoards(t *testing.T) {
 			require.Empty(t, toolNames(t, cs))
 
 			b.board(macA, "breadboard", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > 0 }, "no list_changed for the first board")
+			require.Eventually(t, func() bool { return changed.count() > 0 }, 10*time.Second, 5*time.Millisecond, "no list_changed for the first board")
 			require.Contains(t, toolNames(t, cs), upstreamName(macA, "self.audio_speaker.set_volume"))
 		})
 	}

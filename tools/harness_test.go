@@ -113,14 +113,14 @@ func (b *bridge) waitPublished(mac string) {
 // means "gone").
 func (b *bridge) waitState(mac string, state device.State) {
 	b.t.Helper()
-	eventually(b.t, 10*time.Second, func() bool {
+	require.Eventually(b.t, func() bool {
 		for _, d := range b.app.Hub.Devices() {
 			if d.DeviceID == mac {
 				return d.State == state
 			}
 		}
 		return state == device.StateClosed
-	}, "device %s never reached state %s", mac, state)
+	}, 10*time.Second, 5*time.Millisecond, "device %s never reached state %s", mac, state)
 }
 
 // client connects an MCP client of the given era (legacy or modern).
@@ -185,18 +185,6 @@ func text(res *mcp.CallToolResult) string {
 		}
 	}
 	return strings.Join(parts, "\n")
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(msg, args...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // signals counts notifications and lets a test wait for the next one.

@@ -3,7 +3,6 @@ package tools_test
 import (
 	"context"
 	"io"
-	"slices"
 	"testing"
 	"time"
 
@@ -61,8 +60,16 @@ func TestStdioProxy(t *testing.T) {
 			defer cs.Close()
 
 			volume := upstreamName(macA, "self.audio_speaker.set_volume")
-			eventually(t, 10*time.Second, func() bool { return slices.Contains(toolNames(t, cs), volume) },
-				"the proxy never published the bridge's tools")
+			require.Eventually(t, func() bool {
+				ctx, cancel := withTimeout(10 * time.Second)
+				defer cancel()
+				for tool, err := range cs.Tools(ctx, nil) {
+					if err == nil && tool.Name == volume {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 5*time.Millisecond, "the proxy never published the bridge's tools")
 			res := callTool(t, cs, volume, map[string]any{"volume": 12})
 			require.False(t, res.IsError, text(res))
 			assert.EqualValues(t, 12, boardA.State()["audio_speaker.volume"])
@@ -76,12 +83,12 @@ func TestStdioProxy(t *testing.T) {
 			res, err = cs.CallTool(cctx, params)
 			require.NoError(t, err)
 			require.False(t, res.IsError, text(res))
-			eventually(t, 5*time.Second, func() bool { return len(rec.all()) > 0 }, "progress is not relayed")
+			require.Eventually(t, func() bool { return len(rec.all()) > 0 }, 5*time.Second, 5*time.Millisecond, "progress is not relayed")
 			assert.EqualValues(t, 42, rec.all()[0].ProgressToken, "with the host's own token")
 
 			n := changed.count()
 			b.board(macB, "robot", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed through the proxy")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed through the proxy")
 			assert.Contains(t, toolNames(t, cs), upstreamName(macB, "self.otto.walk"))
 		})
 	}
