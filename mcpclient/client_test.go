@@ -385,11 +385,11 @@ func TestDisconnectFailsPendingAtOnce(t *testing.T) {
 		errs <- err
 	}()
 	<-got
-	start := time.Now()
+	// With a one-minute timeout, ErrDisconnected (not ErrTimeout) shows
+	// the pending calls failed at the disconnect.
 	board.Close(fmt.Errorf("board unplugged"))
 	require.ErrorIs(t, <-errs, ErrDisconnected)
 	require.ErrorIs(t, <-errs, ErrDisconnected)
-	assert.Less(t, time.Since(start), 5*time.Second, "pending calls fail at once, not at their timeout")
 }
 
 func TestRestartingToolDisconnectIsTheOutcome(t *testing.T) {

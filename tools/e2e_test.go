@@ -221,7 +221,9 @@ func TestStructuredContent(t *testing.T) {
 // board's own failures come back as readable isError results.
 func TestCallErrors(t *testing.T) {
 	b := startBridge(t, func(c *app.Config) {
-		c.Devices.CallTimeout = 300 * time.Millisecond
+		// Only the call that is about the timeout gets a short one; the
+		// others must not depend on finishing within it.
+		c.Devices.ToolTimeouts["self.lamp.turn_on"] = 300 * time.Millisecond
 		c.Devices.QueueSize = 1
 	})
 	bread := b.board(macA, "breadboard", simulator.Config{
