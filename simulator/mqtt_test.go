@@ -287,7 +287,7 @@ func TestMQTTHelloValidation(t *testing.T) {
 	defer udp.Close()
 	port := udp.LocalAddr().(*net.UDPAddr).Port
 
-	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:03", HelloTimeout: 300 * time.Millisecond})
+	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:03"})
 	conn := connectTestMQTT(t, b, MQTTConfig{Endpoint: url})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -302,13 +302,20 @@ func TestMQTTHelloValidation(t *testing.T) {
 		strings.Replace(udpHello("s-portstr", "127.0.0.1", port, key, nonce), fmt.Sprintf(`"port":%d`, port), `"port":"8884"`, 1),
 	}
 	for i, reply := range bad {
+		// The board ignores the reply and would wait out its hello timeout;
+		// once it has counted the reply as ignored, the attempt is given up.
+		actx, acancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
-		go func() { errc <- conn.OpenAudioChannel(ctx) }()
+		go func() { errc <- conn.OpenAudioChannel(actx) }()
 		hello := srv.waitUplink(i + 1)
 		assert.Equal(t, `{"type":"hello","version":3,"transport":"udp","features":{"mcp":true,"glyph_push":true},"text_font":{"bundle":"noto-v1","charset":"basic","size":14,"bpp":1},"audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`,
 			string(hello.Payload))
 		srv.down(reply)
-		assert.ErrorIs(t, <-errc, ErrHelloTimeout, reply)
+		require.Eventually(t, func() bool { return conn.Stats().HellosIgnored == uint64(i+1) }, waitTimeout, 5*time.Millisecond,
+			"hello not ignored: %s", reply)
+		assert.False(t, conn.AudioChannelOpen())
+		acancel()
+		assert.ErrorIs(t, <-errc, context.Canceled, reply)
 		assert.False(t, conn.AudioChannelOpen())
 	}
 	assert.EqualValues(t, len(bad), conn.Stats().HellosIgnored)
@@ -339,6 +346,18 @@ func TestMQTTHelloValidation(t *testing.T) {
 	plain := make([]byte, 5)
 	cipher.NewCTR(block, pkt[:16]).XORKeyStream(plain, pkt[16:])
 	assert.Equal(t, "opus!", string(plain))
+}
+
+// TestMQTTHelloTimesOut: with no usable server hello the attempt ends at
+// the hello timeout and the channel stays closed.
+func TestMQTTHelloTimesOut(t *testing.T) {
+	_, url := startMQTTServer(t)
+	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:06", HelloTimeout: 100 * time.Millisecond})
+	conn := connectTestMQTT(t, b, MQTTConfig{Endpoint: url})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.ErrorIs(t, conn.OpenAudioChannel(ctx), ErrHelloTimeout)
+	assert.False(t, conn.AudioChannelOpen())
 }
 
 // TestMQTTGoodbye: the board honours a server goodbye only with its
