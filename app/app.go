@@ -13,6 +13,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -27,6 +28,8 @@ type App struct {
 	// Hub holds every board's session.
 	Hub *device.Hub
 	WS  *ws.Server
+	// mcp is the upstream MCP server; nil when MCP is off.
+	mcp *tools.Server
 
 	deviceLn, controlLn   net.Listener
 	deviceSrv, controlSrv *http.Server
@@ -61,6 +64,10 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 
 // Config returns the configuration the App runs with.
 func (a *App) Config() Config { return a.cfg }
+
+// MCP returns the upstream MCP server, or nil when MCP is off or the App
+// has not started.
+func (a *App) MCP() *tools.Server { return a.mcp }
 
 // Logger returns the App's root logger.
 func (a *App) Logger() *zap.Logger { return a.log }

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/device"
 )
 
 // BenchmarkCallPath measures one tool call round trip to a simulated board
@@ -39,16 +42,10 @@ func BenchmarkCallPath(b *testing.B) {
 		_ = a.Shutdown(ctx)
 	}()
 	const id = "02:00:00:00:00:01"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if s, ok := a.Hub.Session(id); ok && s.Info().State.String() == "ready" {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("simulated board never became ready")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a readiness condition, not timing
-	}
+	require.Eventually(b, func() bool {
+		s, ok := a.Hub.Session(id)
+		return ok && s.Info().State == device.StateReady
+	}, 10*time.Second, 5*time.Millisecond, "simulated board never became ready")
 	args := json.RawMessage(`{"volume":40}`)
 	const tool = "self.audio_speaker.set_volume"
 

@@ -118,6 +118,7 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	if err != nil {
 		return err
 	}
+	a.mcp = srv
 	mux.Handle("/mcp", srv.Handler())
 	runCtx, cancel := context.WithCancel(ctx)
 	a.goOwned(func() { srv.Run(runCtx) })

@@ -286,8 +286,6 @@ func (g *Gateway) UDPAddr() net.Addr {
 	return g.udp.conn.LocalAddr()
 }
 
-func (g *Gateway) udpPort() int { return g.udp.port() }
-
 // Close ends every board's link with device.ErrShutdown (boards with an
 // open audio session get a goodbye), disconnects from the broker and waits
 // for every goroutine. It is idempotent.

@@ -86,6 +86,11 @@ type Config struct {
 	// ToolDelay makes the named tools take this long on the main task,
 	// which also holds back every reply queued behind them.
 	ToolDelay map[string]time.Duration
+	// Hold makes each call of the named tools wait on the main task, after
+	// its ToolDelay, until it receives a value from the channel (one per
+	// call) or the channel is closed, or the link ends: a test decides when
+	// the board finishes instead of guessing a delay.
+	Hold map[string]<-chan struct{}
 	// DisconnectOn drops the connection (TCP close, no reply) when the
 	// named tool runs, after its ToolDelay.
 	DisconnectOn map[string]bool
@@ -207,6 +212,7 @@ func NewBoard(cfg Config) (*Board, error) {
 	// Private copies, so the caller can reuse its maps without racing us.
 	cfg.ToolDelay = maps.Clone(cfg.ToolDelay)
 	cfg.DisconnectOn = maps.Clone(cfg.DisconnectOn)
+	cfg.Hold = maps.Clone(cfg.Hold)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -126,8 +127,8 @@ const markerID = 424242
 func (h *harness) requireNoReply(payload string) {
 	h.t.Helper()
 	h.request(payload)
-	h.request(`{"jsonrpc":"2.0","id":424242,"method":"ping"}`)
-	require.Equal(h.t, `{"jsonrpc":"2.0","id":424242,"error":{"message":"Method not implemented: ping"}}`, h.nextPayload(),
+	h.request(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, markerID))
+	require.Equal(h.t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"message":"Method not implemented: ping"}}`, markerID), h.nextPayload(),
 		"payload %s must not be answered", payload)
 }
 

@@ -257,6 +257,13 @@ func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundA
 			return // the link ended mid-call; there is nobody to answer
 		}
 	}
+	if hold := s.b.cfg.Hold[tool.Name]; hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return // as above
+		}
+	}
 	if s.b.cfg.DisconnectOn[tool.Name] {
 		s.log.Info("dropping the connection mid-call (fault injection)", zap.String("tool", tool.Name))
 		s.link.closeChannel(ErrInjectedDisconnect)

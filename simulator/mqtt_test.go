@@ -96,11 +96,78 @@ func startMQTTServer(t *testing.T) (*mqttServer, string) {
 	s := &mqttServer{t: t}
 	s.srv = mochi.New(&mochi.Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, s.srv.AddHook(s, nil))
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	require.NoError(t, s.srv.AddListener(l))
-	require.NoError(t, s.srv.Serve())
-	t.Cleanup(func() { _ = s.srv.Close() })
-	return s, "tcp://" + l.Address()
+	return s, serveMochi(t, s.srv)
+}
+
+// serveMochi serves srv on a loopback port and returns its URL. The broker
+// stops when the test ends, after the test's own cleanups (which close the
+// boards) have run.
+//
+// mochi's Close disconnects the clients that completed CONNECT and then
+// waits for the goroutine of every connection it accepted. A connection
+// still in its CONNECT exchange (a board connecting or reconnecting just
+// then) is not disconnected, so Close would wait for as long as the peer
+// keeps its socket open: minutes. So the broker stops in order: stop
+// accepting, close every accepted connection, and only then Close, which
+// has nothing left to wait for; and that wait is bounded.
+func serveMochi(t *testing.T, srv *mochi.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tl := &trackingListener{Listener: ln}
+	require.NoError(t, srv.AddListener(listeners.NewNet("t", tl)))
+	require.NoError(t, srv.Serve())
+	t.Cleanup(func() {
+		tl.closeAll()
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = srv.Close()
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(waitTimeout):
+			t.Errorf("the mochi broker did not stop within %v", waitTimeout)
+		}
+	})
+	return "tcp://" + ln.Addr().String()
+}
+
+// trackingListener remembers the connections it accepts so that they can
+// all be closed at shutdown.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns = append(l.conns, c)
+	return c, nil
+}
+
+// closeAll stops accepting and closes every connection accepted so far.
+func (l *trackingListener) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	_ = l.Listener.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // uplink returns the payloads boards published, in order.
@@ -113,25 +180,19 @@ func (s *mqttServer) uplink() []packets.Packet {
 // waitUplink waits for the n-th uplink publish (1-based) and returns it.
 func (s *mqttServer) waitUplink(n int) packets.Packet {
 	s.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for time.Now().Before(deadline) {
-		if p := s.uplink(); len(p) >= n {
-			return p[n-1]
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.t.Fatalf("no uplink message #%d after %v", n, waitTimeout)
-	return packets.Packet{}
+	require.Eventually(s.t, func() bool { return len(s.uplink()) >= n }, waitTimeout, 5*time.Millisecond,
+		"no uplink message #%d", n)
+	return s.uplink()[n-1]
 }
 
 // down publishes a server message that reaches every board.
 func (s *mqttServer) down(payload string) {
 	s.t.Helper()
-	waitFor(s.t, "every connected board to be subscribed to the downlink", func() bool {
+	require.Eventually(s.t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.established >= len(s.connects)
-	})
+	}, waitTimeout, 5*time.Millisecond, "every connected board to be subscribed to the downlink")
 	require.NoError(s.t, s.srv.Publish("down/any/topic", []byte(payload), false, 0))
 }
 
@@ -156,17 +217,6 @@ func connectTestMQTT(t *testing.T, b *Board, mc MQTTConfig) *MQTTConn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestMQTTLikeCurrentFirmware checks the MQTT-level behaviour of current
@@ -208,11 +258,11 @@ func TestMQTTLegacySubscribes(t *testing.T) {
 	srv, url := startMQTTServer(t)
 	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:02"})
 	connectTestMQTT(t, b, MQTTConfig{Endpoint: url, Legacy: true})
-	waitFor(t, "legacy subscribe", func() bool {
+	require.Eventually(t, func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return len(srv.subscribes) == 1
-	})
+	}, waitTimeout, 5*time.Millisecond, "legacy subscribe")
 	srv.mu.Lock()
 	sub := srv.subscribes[0].Filters[0]
 	srv.mu.Unlock()
@@ -237,7 +287,7 @@ func TestMQTTHelloValidation(t *testing.T) {
 	defer udp.Close()
 	port := udp.LocalAddr().(*net.UDPAddr).Port
 
-	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:03", HelloTimeout: 300 * time.Millisecond})
+	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:03"})
 	conn := connectTestMQTT(t, b, MQTTConfig{Endpoint: url})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -252,13 +302,20 @@ func TestMQTTHelloValidation(t *testing.T) {
 		strings.Replace(udpHello("s-portstr", "127.0.0.1", port, key, nonce), fmt.Sprintf(`"port":%d`, port), `"port":"8884"`, 1),
 	}
 	for i, reply := range bad {
+		// The board ignores the reply and would wait out its hello timeout;
+		// once it has counted the reply as ignored, the attempt is given up.
+		actx, acancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
-		go func() { errc <- conn.OpenAudioChannel(ctx) }()
+		go func() { errc <- conn.OpenAudioChannel(actx) }()
 		hello := srv.waitUplink(i + 1)
 		assert.Equal(t, `{"type":"hello","version":3,"transport":"udp","features":{"mcp":true,"glyph_push":true},"text_font":{"bundle":"noto-v1","charset":"basic","size":14,"bpp":1},"audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`,
 			string(hello.Payload))
 		srv.down(reply)
-		assert.ErrorIs(t, <-errc, ErrHelloTimeout, reply)
+		require.Eventually(t, func() bool { return conn.Stats().HellosIgnored == uint64(i+1) }, waitTimeout, 5*time.Millisecond,
+			"hello not ignored: %s", reply)
+		assert.False(t, conn.AudioChannelOpen())
+		acancel()
+		assert.ErrorIs(t, <-errc, context.Canceled, reply)
 		assert.False(t, conn.AudioChannelOpen())
 	}
 	assert.EqualValues(t, len(bad), conn.Stats().HellosIgnored)
@@ -291,6 +348,18 @@ func TestMQTTHelloValidation(t *testing.T) {
 	assert.Equal(t, "opus!", string(plain))
 }
 
+// TestMQTTHelloTimesOut: with no usable server hello the attempt ends at
+// the hello timeout and the channel stays closed.
+func TestMQTTHelloTimesOut(t *testing.T) {
+	_, url := startMQTTServer(t)
+	b := mqttBoard(t, Config{MAC: "02:00:00:00:aa:06", HelloTimeout: 100 * time.Millisecond})
+	conn := connectTestMQTT(t, b, MQTTConfig{Endpoint: url})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.ErrorIs(t, conn.OpenAudioChannel(ctx), ErrHelloTimeout)
+	assert.False(t, conn.AudioChannelOpen())
+}
+
 // TestMQTTGoodbye: the board honours a server goodbye only with its
 // current session id and does not answer it; its own goodbye is the exact
 // firmware string; MQTT stays connected throughout.
@@ -313,11 +382,11 @@ func TestMQTTGoodbye(t *testing.T) {
 	srv.down(`{"type":"goodbye","session_id":"other"}`)
 	srv.down(`{"type":"goodbye"}`)
 	srv.down(`{"type":"goodbye","session_id":1}`)
-	waitFor(t, "stale goodbyes ignored", func() bool { return conn.Stats().GoodbyesStale == 3 })
+	require.Eventually(t, func() bool { return conn.Stats().GoodbyesStale == 3 }, waitTimeout, 5*time.Millisecond, "stale goodbyes ignored")
 	assert.True(t, conn.AudioChannelOpen())
 
 	srv.down(`{"type":"goodbye","session_id":"s1"}`)
-	waitFor(t, "channel closed", func() bool { return !conn.AudioChannelOpen() })
+	require.Eventually(t, func() bool { return !conn.AudioChannelOpen() }, waitTimeout, 5*time.Millisecond, "channel closed")
 	assert.EqualValues(t, 1, conn.Stats().GoodbyesIn)
 
 	open(2, "s2")
@@ -334,15 +403,12 @@ func TestMQTTRefused(t *testing.T) {
 	s := &refuser{}
 	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, srv.AddHook(s, nil))
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	require.NoError(t, srv.AddListener(l))
-	require.NoError(t, srv.Serve())
-	defer srv.Close()
+	url := serveMochi(t, srv)
 
 	b := mqttBoard(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	_, err := b.ConnectMQTT(ctx, MQTTConfig{Endpoint: "tcp://" + l.Address(), Username: "x", Password: "y"})
+	_, err := b.ConnectMQTT(ctx, MQTTConfig{Endpoint: url, Username: "x", Password: "y"})
 	require.ErrorIs(t, err, ErrMQTTRefused)
 	_, err = b.ConnectMQTT(ctx, MQTTConfig{Endpoint: "127.0.0.1:1"})
 	require.Error(t, err)

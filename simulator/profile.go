@@ -552,12 +552,3 @@ func behaviorNames() []string {
 	sort.Strings(names)
 	return names
 }
-
-// cmpOr returns a unless it is the zero value, else b.
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
-}

@@ -23,11 +23,15 @@ import (
 
 const slowTool = "self.lamp.turn_on"
 
-// slowBridge has one breadboard whose lamp takes a while to switch on, and
-// sends progress heartbeats every 50ms.
-func slowBridge(t *testing.T, delay time.Duration) (*bridge, *simulator.Board) {
+// slowBridge has one breadboard whose lamp takes delay to switch on and
+// then waits for a value on (or the close of) release, and sends progress
+// heartbeats every 50ms.
+func slowBridge(t *testing.T, delay time.Duration, release <-chan struct{}) (*bridge, *simulator.Board) {
 	b := startBridge(t, func(c *app.Config) { c.MCP.ProgressInterval = 50 * time.Millisecond })
-	board := b.board(macA, "breadboard", simulator.Config{ToolDelay: map[string]time.Duration{slowTool: delay}})
+	board := b.board(macA, "breadboard", simulator.Config{
+		ToolDelay: map[string]time.Duration{slowTool: delay},
+		Hold:      map[string]<-chan struct{}{slowTool: release},
+	})
 	return b, board
 }
 
@@ -69,26 +73,46 @@ func (p *progressRecorder) all() []*mcp.ProgressNotificationParams {
 // TestProgressHeartbeats: a call that waits for its board sends progress
 // notifications when the client gave a progress token, and none without.
 func TestProgressHeartbeats(t *testing.T) {
-	b, _ := slowBridge(t, 400*time.Millisecond)
+	release := make(chan struct{})
+	b, _ := slowBridge(t, 400*time.Millisecond, release)
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
 			rec := newProgressRecorder()
 			cs := b.client(era, &mcp.ClientOptions{ProgressNotificationHandler: rec.handle})
 
-			res := callTool(t, cs, upstreamName(macA, slowTool), nil)
-			require.False(t, res.IsError)
-			assert.Empty(t, rec.all(), "no token, no heartbeats")
-
-			params := &mcp.CallToolParams{Name: upstreamName(macA, slowTool)}
-			params.SetProgressToken("lamp-" + era)
+			// Without a token: a 400ms call, eight heartbeat intervals.
 			ctx, cancel := withTimeout(10 * time.Second)
 			defer cancel()
-			res, err := cs.CallTool(ctx, params)
-			require.NoError(t, err)
-			require.False(t, res.IsError, text(res))
+			errc := make(chan error, 1)
+			call := func(params *mcp.CallToolParams) {
+				res, err := cs.CallTool(ctx, params)
+				if err == nil && res.IsError {
+					err = errors.New(text(res))
+				}
+				errc <- err
+			}
+			go call(&mcp.CallToolParams{Name: upstreamName(macA, slowTool)})
+			finish := func() {
+				t.Helper()
+				select {
+				case release <- struct{}{}: // taken once the board reaches the hold
+				case err := <-errc:
+					t.Fatalf("the call ended before the board finished it: %v", err)
+				}
+				require.NoError(t, <-errc)
+			}
+			finish() // after the board's 400ms
+			assert.Empty(t, rec.all(), "no token, no heartbeats")
 
+			// With a token: the board holds the call until two heartbeats
+			// have arrived.
+			params := &mcp.CallToolParams{Name: upstreamName(macA, slowTool)}
+			params.SetProgressToken("lamp-" + era)
+			go call(params)
 			// Notifications are handled asynchronously by the client.
-			eventually(t, 5*time.Second, func() bool { return len(rec.all()) >= 2 }, "heartbeats every 50ms during a 400ms call")
+			require.Eventually(t, func() bool { return len(rec.all()) >= 2 }, 10*time.Second, 5*time.Millisecond,
+				"heartbeats every 50ms while the board works")
+			finish()
 			events := rec.all()
 			for i, ev := range events {
 				assert.Equal(t, "lamp-"+era, ev.ProgressToken)
@@ -102,13 +126,14 @@ func TestProgressHeartbeats(t *testing.T) {
 }
 
 // TestCancelStopsWaiting: cancelling a slow call (notifications/cancelled
-// in the legacy era, closing the stream in the modern one) returns at once
-// on the client and stops the bridge waiting for the board; the board
-// stays usable.
+// in the legacy era, closing the stream in the modern one) returns on the
+// client and stops the bridge waiting for the board while the board is
+// still working; the board stays usable.
 func TestCancelStopsWaiting(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era, func(t *testing.T) {
-			b, board := slowBridge(t, 2*time.Second)
+			release := make(chan struct{})
+			b, board := slowBridge(t, 0, release)
 			rec := newProgressRecorder()
 			cs := b.client(era, &mcp.ClientOptions{ProgressNotificationHandler: rec.handle})
 
@@ -123,21 +148,24 @@ func TestCancelStopsWaiting(t *testing.T) {
 			}()
 			select {
 			case <-rec.first: // the call is running on the board
-			case <-time.After(5 * time.Second):
+			case <-time.After(10 * time.Second):
 				t.Fatal("no progress from the slow call")
 			}
-			start := time.Now()
 			cancel()
+			// The board holds the call until release is closed, so both of
+			// these happen while it is still working.
 			select {
 			case err := <-errc:
-				require.True(t, errors.Is(err, context.Canceled), "got %v", err)
-			case <-time.After(time.Second):
+				require.ErrorIs(t, err, context.Canceled)
+			case <-time.After(10 * time.Second):
 				t.Fatal("the cancelled call did not return")
 			}
-			eventually(t, time.Second, b.cancelledOutcome, "the bridge did not stop waiting for the board")
-			require.Less(t, time.Since(start), time.Second, "stopped well before the board finished")
+			require.Eventually(t, b.cancelledOutcome, 10*time.Second, 5*time.Millisecond,
+				"the bridge did not stop waiting for the board")
+			require.Zero(t, board.Stats().CallsRun, "the board has not finished the cancelled call")
 
 			// The board finishes its work and takes the next call.
+			close(release)
 			res := callTool(t, cs, upstreamName(macA, "self.lamp.get_state"), nil)
 			require.False(t, res.IsError, text(res))
 			assert.Equal(t, uint64(2), board.Stats().CallsRun)
@@ -149,7 +177,8 @@ func TestCancelStopsWaiting(t *testing.T) {
 // notifications/cancelled the call's stream ends without a response, and a
 // resumed stream does not replay one either; other calls are unaffected.
 func TestCancelledCallGetsNoResult(t *testing.T) {
-	b, _ := slowBridge(t, 2*time.Second)
+	release := make(chan struct{})
+	b, board := slowBridge(t, 0, release)
 	sid := b.rawSession(legacy)
 	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy}
 
@@ -198,7 +227,19 @@ func TestCancelledCallGetsNoResult(t *testing.T) {
 			lastID = ev.ID
 		}
 	}
-	eventually(t, time.Second, b.cancelledOutcome, "the bridge did not log the cancellation")
+	require.Eventually(t, b.cancelledOutcome, 10*time.Second, 5*time.Millisecond, "the bridge did not log the cancellation")
+
+	// The board now finishes the call and sends its late result. It
+	// answers in order, so once call 8 is answered the late result has
+	// reached the bridge.
+	close(release)
+	resp = b.do(b.rawRequest("POST", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"`+
+		upstreamName(macA, "self.lamp.get_state")+`"}}`, hdr))
+	msg = rawMessage(t, resp)
+	require.Contains(t, msg, "result", "the session is still fine")
+	data, _ := json.Marshal(msg)
+	require.Contains(t, string(data), "power")
+	require.Equal(t, uint64(3), board.Stats().CallsRun, "the board ran the cancelled call too")
 
 	// Resuming the stream replays nothing of the response either.
 	resume := b.rawRequest("GET", "", map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy,
@@ -212,14 +253,6 @@ func TestCancelledCallGetsNoResult(t *testing.T) {
 	for ev := range replayed {
 		require.False(t, isResponseTo(ev, 7), "late result replayed: %s", ev.Data)
 	}
-
-	// The session is still fine.
-	resp = b.do(b.rawRequest("POST", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"`+
-		upstreamName(macA, "self.lamp.get_state")+`"}}`, hdr))
-	msg = rawMessage(t, resp)
-	require.Contains(t, msg, "result")
-	data, _ := json.Marshal(msg)
-	require.Contains(t, string(data), "power")
 }
 
 // streamStart turns an event id "<stream>_<n>" into the id of the stream's

@@ -148,14 +148,14 @@ func TestListChanged(t *testing.T) {
 
 			n := changed.count()
 			robot := b.board(mac, "robot", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed after a board connected")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed after a board connected")
 			require.Contains(t, toolNames(t, cs), leaving)
 			require.False(t, callTool(t, cs, leaving, map[string]any{"volume": 10}).IsError)
 
 			n = changed.count()
 			require.NoError(t, robot.Close())
 			b.waitState(mac, device.StateClosed)
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed after a board left")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed after a board left")
 			names := toolNames(t, cs)
 			require.NotContains(t, names, leaving)
 			require.Contains(t, names, upstreamName(macA, "self.audio_speaker.set_volume"), "the other board stays")
@@ -185,7 +185,7 @@ func TestListChangedDeclaredWithoutBoards(t *testing.T) {
 			require.Empty(t, toolNames(t, cs))
 
 			b.board(macA, "breadboard", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > 0 }, "no list_changed for the first board")
+			require.Eventually(t, func() bool { return changed.count() > 0 }, 10*time.Second, 5*time.Millisecond, "no list_changed for the first board")
 			require.Contains(t, toolNames(t, cs), upstreamName(macA, "self.audio_speaker.set_volume"))
 		})
 	}
@@ -221,7 +221,9 @@ func TestStructuredContent(t *testing.T) {
 // board's own failures come back as readable isError results.
 func TestCallErrors(t *testing.T) {
 	b := startBridge(t, func(c *app.Config) {
-		c.Devices.CallTimeout = 300 * time.Millisecond
+		// Only the call that is about the timeout gets a short one; the
+		// others must not depend on finishing within it.
+		c.Devices.ToolTimeouts["self.lamp.turn_on"] = 300 * time.Millisecond
 		c.Devices.QueueSize = 1
 	})
 	bread := b.board(macA, "breadboard", simulator.Config{
@@ -296,7 +298,9 @@ func TestUserOnlyTools(t *testing.T) {
 	reboot := upstreamName(macA, "self.reboot")
 	b := startBridge(t, nil)
 	b.board(macA, "breadboard", simulator.Config{})
-	require.NotContains(t, toolNames(t, b.client(legacy, nil)), reboot)
+	names := toolNames(t, b.client(legacy, nil))
+	require.Contains(t, names, upstreamName(macA, "self.audio_speaker.set_volume"), "the board is published")
+	require.NotContains(t, names, reboot)
 
 	b2 := startBridge(t, func(c *app.Config) { c.MCP.ShowUserOnlyTools = true })
 	b2.board(macA, "breadboard", simulator.Config{})

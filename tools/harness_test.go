@@ -81,7 +81,8 @@ func startBridge(t testing.TB, mutate func(*app.Config)) *bridge {
 	return b
 }
 
-// board connects a simulated board and waits until the bridge has it ready.
+// board connects a simulated board and waits until the bridge has it ready
+// and publishes it upstream.
 func (b *bridge) board(mac, profile string, cfg simulator.Config) *simulator.Board {
 	t := b.t
 	t.Helper()
@@ -95,21 +96,31 @@ func (b *bridge) board(mac, profile string, cfg simulator.Config) *simulator.Boa
 	require.NoError(t, board.ConnectWebSocket(ctx, b.app.DeviceURL()))
 	t.Cleanup(func() { _ = board.Close() })
 	b.waitState(mac, device.StateReady)
+	b.waitPublished(mac)
 	return board
+}
+
+// waitPublished waits until the upstream MCP server shows the board as
+// ready. It follows the Hub on its own goroutine, so a board the Hub calls
+// ready may still be missing from tools/list for a moment.
+func (b *bridge) waitPublished(mac string) {
+	b.t.Helper()
+	require.Eventually(b.t, func() bool { return b.app.MCP().Published(mac) }, 10*time.Second, 5*time.Millisecond,
+		"device %s never published upstream", mac)
 }
 
 // waitState polls the Hub until the device reaches state (StateClosed
 // means "gone").
 func (b *bridge) waitState(mac string, state device.State) {
 	b.t.Helper()
-	eventually(b.t, 10*time.Second, func() bool {
+	require.Eventually(b.t, func() bool {
 		for _, d := range b.app.Hub.Devices() {
 			if d.DeviceID == mac {
 				return d.State == state
 			}
 		}
 		return state == device.StateClosed
-	}, "device %s never reached state %s", mac, state)
+	}, 10*time.Second, 5*time.Millisecond, "device %s never reached state %s", mac, state)
 }
 
 // client connects an MCP client of the given era (legacy or modern).
@@ -174,18 +185,6 @@ func text(res *mcp.CallToolResult) string {
 		}
 	}
 	return strings.Join(parts, "\n")
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(msg, args...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // signals counts notifications and lets a test wait for the next one.

@@ -327,6 +327,19 @@ func (s *Server) Sync() {
 		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
 }
 
+// Published reports whether the tools served upstream show the board
+// deviceID as ready: its tools are listed (in compact mode, list_devices
+// shows it ready). The catalogue follows the Hub asynchronously, so a board
+// the Hub has just reported ready may not be published yet.
+func (s *Server) Published(deviceID string) bool {
+	// Sync swaps the catalogue and then updates the go-sdk server's tools
+	// under syncMu; holding it sees both in step.
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	v, ok := s.cat.Load().byDevice[device.NormalizeID(deviceID)]
+	return ok && v.info.State == device.StateReady && !v.stale
+}
+
 // bury remembers withdrawn names.
 func (s *Server) bury(old *catalog, names []string) {
 	now := time.Now()

@@ -68,8 +68,16 @@ func TestStdioProxy(t *testing.T) {
 			defer cs.Close()
 
 			volume := upstreamName(macA, "self.audio_speaker.set_volume")
-			eventually(t, 10*time.Second, func() bool { return slices.Contains(toolNames(t, cs), volume) },
-				"the proxy never published the bridge's tools")
+			require.Eventually(t, func() bool {
+				ctx, cancel := withTimeout(10 * time.Second)
+				defer cancel()
+				for tool, err := range cs.Tools(ctx, nil) {
+					if err == nil && tool.Name == volume {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 5*time.Millisecond, "the proxy never published the bridge's tools")
 			res := callTool(t, cs, volume, map[string]any{"volume": 12})
 			require.False(t, res.IsError, text(res))
 			assert.EqualValues(t, 12, boardA.State()["audio_speaker.volume"])
@@ -83,12 +91,12 @@ func TestStdioProxy(t *testing.T) {
 			res, err = cs.CallTool(cctx, params)
 			require.NoError(t, err)
 			require.False(t, res.IsError, text(res))
-			eventually(t, 5*time.Second, func() bool { return len(rec.all()) > 0 }, "progress is not relayed")
+			require.Eventually(t, func() bool { return len(rec.all()) > 0 }, 5*time.Second, 5*time.Millisecond, "progress is not relayed")
 			assert.EqualValues(t, 42, rec.all()[0].ProgressToken, "with the host's own token")
 
 			n := changed.count()
 			b.board(macB, "robot", simulator.Config{})
-			eventually(t, 10*time.Second, func() bool { return changed.count() > n }, "no list_changed through the proxy")
+			require.Eventually(t, func() bool { return changed.count() > n }, 10*time.Second, 5*time.Millisecond, "no list_changed through the proxy")
 			assert.Contains(t, toolNames(t, cs), upstreamName(macB, "self.otto.walk"))
 		})
 	}
@@ -260,10 +268,10 @@ func TestStdioProxyBridgeNotUpYet(t *testing.T) {
 
 	b := startBridge(t, func(c *app.Config) { c.ControlListen = addr })
 	b.board(macA, "breadboard", simulator.Config{})
-	eventually(t, 10*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		l := listAll(r.host)
 		return l.err == nil && slices.Contains(l.names, volume)
-	}, "the proxy never reached the bridge once it was up")
+	}, 10*time.Second, 10*time.Millisecond, "the proxy never reached the bridge once it was up")
 	res := callTool(t, r.host, volume, map[string]any{"volume": 7})
 	require.False(t, res.IsError, text(res))
 }

@@ -184,11 +184,9 @@ func TestDisconnectMidCall(t *testing.T) {
 	board, sess := b.connect(t, simulator.Config{MAC: "aa:bb:cc:dd:ee:05",
 		ToolDelay:    map[string]time.Duration{"self.lamp.turn_off": 200 * time.Millisecond},
 		DisconnectOn: map[string]bool{"self.lamp.turn_off": true}})
-	start := time.Now()
 	_, err := call(t, b, board.MAC(), "self.lamp.turn_off", "")
 	require.ErrorIs(t, err, device.ErrOffline)
-	require.ErrorIs(t, err, device.ErrDisconnected)
-	assert.Less(t, time.Since(start), 10*time.Second, "fails at the disconnect, not at the one-minute timeout")
+	require.ErrorIs(t, err, device.ErrDisconnected, "fails at the disconnect, not at the one-minute timeout")
 	<-sess.Done()
 	assert.Contains(t, sess.Info().CloseReason, "connection")
 }

@@ -22,17 +22,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const wait = 5 * time.Second
 
+// eventually waits until f returns nil; on timeout the failure shows f's
+// last error.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, f()) }, wait, 5*time.Millisecond, what)
 }
 
 func startBroker(t *testing.T, auth AuthConfig) *Broker {
