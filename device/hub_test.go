@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,75 +14,42 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/testlink"
 	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// board is a minimal scripted MCP board on the far end of a testlink.
+// board is the shared scripted board answering as a minimal MCP board.
 type board struct {
-	link  *testlink.Link
-	tools string        // JSON array of tools
-	hold  chan struct{} // when non-nil, tools/call waits on it
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	calls int
+	*testlink.Board
+	hold chan struct{} // when non-nil, tools/call waits on it
 }
 
 // startBoard starts a board; at cleanup its link is closed and its
 // goroutine waited for.
 func startBoard(t *testing.T, tools string) (*board, *testlink.Link) {
 	bridge, end := testlink.Pair(32)
-	b := &board{link: end, tools: tools}
-	b.wg.Add(1)
-	go b.run()
-	t.Cleanup(func() { end.Close(nil); b.wg.Wait() })
-	return b, bridge
-}
-
-func (b *board) run() {
-	defer b.wg.Done()
-	for {
-		msg, err := b.link.Receive(context.Background())
-		if err != nil {
-			return
-		}
-		env, err := envelope.Decode(msg, 0)
-		if err != nil {
-			continue
-		}
-		var r struct {
-			ID     int             `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-		}
-		_ = json.Unmarshal(env.Payload, &r)
-		var res string
+	b := &board{}
+	b.Board = testlink.NewBoard(end, func(r testlink.Request) string {
 		switch r.Method {
 		case "initialize":
-			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"test-board","version":"2.4.2"}}`
+			return testlink.Result(r, `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"test-board","version":"2.4.2"}}`)
 		case "tools/list":
-			res = `{"tools":` + b.tools + `}`
+			return testlink.Result(r, `{"tools":`+tools+`}`)
 		case "tools/call":
-			b.mu.Lock()
-			b.calls++
-			b.mu.Unlock()
 			if b.hold != nil {
 				<-b.hold
 			}
-			res = `{"content":[{"type":"text","text":"true"}],"isError":false}`
-		default:
-			res = ""
+			return testlink.Result(r, `{"content":[{"type":"text","text":"true"}],"isError":false}`)
 		}
-		out := fmt.Sprintf(`{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"result":%s}}`, r.ID, res)
-		if res == "" {
-			out = fmt.Sprintf(`{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"error":{"message":"Method not implemented: %s"}}}`, r.ID, r.Method)
-		}
-		_ = b.link.Send(context.Background(), []byte(out))
-	}
+		return testlink.ErrorReply(r, "Method not implemented: "+r.Method)
+	})
+	t.Cleanup(b.Close)
+	return b, bridge
 }
+
+func (b *board) calls() int { return b.Count("tools/call") }
 
 const twoTools = `[{"name":"self.get_device_status","description":"d","inputSchema":{"type":"object","properties":{}}},{"name":"self.reboot","description":"r","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}]`
 
@@ -202,7 +168,7 @@ func TestDisconnectMidCallFailsFast(t *testing.T) {
 		_, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:03", "self.get_device_status", nil)
 		errs <- err
 	}()
-	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.calls == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.calls() == 1 }, 5*time.Second, 5*time.Millisecond)
 	link.Close(errors.New("wifi lost"))
 	select {
 	case err := <-errs:
@@ -333,7 +299,7 @@ func TestDrainAnswersCallsInFlight(t *testing.T) {
 		_, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:09", "self.get_device_status", nil)
 		errs <- err
 	}()
-	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.calls == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.calls() == 1 }, 10*time.Second, 5*time.Millisecond)
 	h.Drain()
 	select {
 	case err := <-errs:
@@ -376,9 +342,7 @@ func TestCallChecksToolAndArguments(t *testing.T) {
 
 	_, err = h.CallTool(ctx, s.ID(), "self.audio_speaker.set_volume", json.RawMessage(`{"volume":30}`))
 	require.NoError(t, err)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	assert.Equal(t, 1, b.calls, "only the valid call reached the board")
+	assert.Equal(t, 1, b.calls(), "only the valid call reached the board")
 }
 
 // TestFlappingNewcomerIsRefused: two live connections claiming one id

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,77 +20,31 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // request is what the fake board sees.
-type request struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.Number     `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
-}
+type request = testlink.Request
 
-// fakeBoard answers requests with a scripted function. reply returns the
-// raw JSON-RPC payload to send ("" for no reply).
-type fakeBoard struct {
-	t     *testing.T
-	link  *testlink.Link
-	mu    sync.Mutex
-	seen  []request
-	reply func(r request) string
-	wg    sync.WaitGroup
-}
+// fakeBoard is the shared scripted board; requests() lists what it saw.
+type fakeBoard struct{ *testlink.Board }
 
-func newClient(t *testing.T, opts Options, reply func(r request) string) (*Client, *fakeBoard) {
+func (fb fakeBoard) requests() []request { return fb.Requests() }
+
+func newClient(t *testing.T, opts Options, reply func(r request) string) (*Client, fakeBoard) {
 	t.Helper()
-	bridge, board := testlink.Pair(64)
-	fb := &fakeBoard{t: t, link: board, reply: reply}
-	fb.wg.Add(1)
-	go fb.run()
+	bridge, end := testlink.Pair(64)
+	fb := fakeBoard{testlink.NewBoard(end, reply)}
 	c := New(envelope.NewStream(bridge, envelope.StreamOptions{}), opts)
 	t.Cleanup(func() {
 		_ = c.Close()
 		bridge.Close(nil)
-		fb.wg.Wait()
+		fb.Close()
+		assert.Empty(t, fb.Errs(), "the client sent something that is not MCP")
 	})
 	return c, fb
 }
 
-func (fb *fakeBoard) run() {
-	defer fb.wg.Done()
-	for {
-		msg, err := fb.link.Receive(context.Background())
-		if err != nil {
-			return
-		}
-		env, err := envelope.Decode(msg, 0)
-		if err != nil {
-			fb.t.Errorf("bridge sent an undecodable message: %v", err)
-			return
-		}
-		var r request
-		dec := json.NewDecoder(strings.NewReader(string(env.Payload)))
-		dec.UseNumber()
-		if err := dec.Decode(&r); err != nil {
-			fb.t.Errorf("bridge sent bad JSON-RPC: %v", err)
-			return
-		}
-		fb.mu.Lock()
-		fb.seen = append(fb.seen, r)
-		fb.mu.Unlock()
-		if out := fb.reply(r); out != "" {
-			_ = fb.link.Send(context.Background(), []byte(`{"session_id":"","type":"mcp","payload":`+out+`}`))
-		}
-	}
-}
+func result(r request, res string) string { return testlink.Result(r, res) }
 
-func (fb *fakeBoard) requests() []request {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	return append([]request(nil), fb.seen...)
-}
-
-func result(r request, res string) string {
-	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":%s}`, r.ID, res)
-}
-
+// errorReply is a board's error reply; msg is inserted raw, as the
+// firmware does (it does not escape quotes).
 func errorReply(r request, msg string) string {
 	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"message":"%s"}}`, r.ID, msg)
 }
