@@ -88,9 +88,11 @@ type Broker struct {
 	srv  *mochi.Server
 	hook *policy
 
-	up, down         mqtt.Template
-	public, internal *listeners.TCP
-	gateway          Credentials
+	up, down mqtt.Template
+	public   *listeners.Net
+	conns    *connListener // the board listener, under public
+	internal *listeners.TCP
+	gateway  Credentials
 
 	mu      sync.Mutex
 	boards  map[string]*boardEntry
@@ -160,8 +162,15 @@ func (b *Broker) Start() error {
 	if err := b.srv.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt broker: %w", err)
 	}
-	b.public = listeners.NewTCP(listeners.Config{ID: boardListener, Address: b.cfg.Listen})
+	ln, err := net.Listen("tcp", b.cfg.Listen)
+	if err != nil {
+		_ = b.srv.Close()
+		return fmt.Errorf("%w on %s: %w", ErrListen, b.cfg.Listen, err)
+	}
+	b.conns = newConnListener(ln, b.cfg.ConnectTimeout)
+	b.public = listeners.NewNet(boardListener, b.conns)
 	if err := b.srv.AddListener(b.public); err != nil {
+		_ = b.conns.Close()
 		_ = b.srv.Close()
 		return fmt.Errorf("%w on %s: %w", ErrListen, b.cfg.Listen, err)
 	}

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -228,4 +229,40 @@ func TestAllowAnyClientID(t *testing.T) {
 	assert.Equal(t, "lab-sensor-7", bd.Key)
 	_, err = dial(t, "tcp://"+b.Addr().String(), "bad/id", "", "", nil)
 	assert.ErrorIs(t, err, pahopackets.ErrorRefusedIDRejected)
+}
+
+// TestSilentSocketsNeitherStayNorBlockClose: a connection that never sends
+// CONNECT is dropped after the connect timeout, and one still open does
+// not hold up Close (mochi waits for every accepted connection).
+func TestSilentSocketsNeitherStayNorBlockClose(t *testing.T) {
+	b, err := New(Config{Listen: "127.0.0.1:0", ConnectTimeout: 200 * time.Millisecond}, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+
+	dropped, err := net.Dial("tcp", b.Addr().String())
+	require.NoError(t, err)
+	defer dropped.Close()
+	_ = dropped.SetReadDeadline(time.Now().Add(wait))
+	_, err = dropped.Read(make([]byte, 1))
+	require.Error(t, err, "the broker closes a socket that sends no CONNECT")
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "closed by the broker, not by our read deadline")
+	require.Eventually(t, func() bool { return b.conns.open() == 0 }, wait, 5*time.Millisecond)
+
+	require.NoError(t, b.Close())
+
+	b, err = New(Config{Listen: "127.0.0.1:0", ConnectTimeout: time.Hour}, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	silent, err := net.Dial("tcp", b.Addr().String())
+	require.NoError(t, err)
+	defer silent.Close()
+	require.Eventually(t, func() bool { return b.conns.open() == 1 }, wait, 5*time.Millisecond)
+	closed := make(chan struct{})
+	go func() { _ = b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close is held up by a socket that never sent CONNECT")
+	}
 }

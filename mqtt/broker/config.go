@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/devicebridge/devicebridge/mqtt"
 )
@@ -19,6 +20,9 @@ const (
 	// board is sent one request at a time; past this bound messages to it
 	// are dropped and counted rather than buffered.
 	DefaultClientWritesPending = 256
+	// DefaultConnectTimeout is how long a new connection may take to send
+	// CONNECT before it is dropped.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // User is one static board credential.
@@ -82,6 +86,9 @@ type Config struct {
 	MaxPacketSize int
 	// ClientWritesPending bounds each client's outbound queue.
 	ClientWritesPending int
+	// ConnectTimeout drops a connection that has not sent CONNECT in time
+	// (0 = DefaultConnectTimeout).
+	ConnectTimeout time.Duration
 }
 
 // WithDefaults fills zero fields.
@@ -95,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClientWritesPending <= 0 {
 		c.ClientWritesPending = DefaultClientWritesPending
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	return c
 }
