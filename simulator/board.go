@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 )
 
 // Errors that end a connection or a connection attempt. Serve and
@@ -470,7 +472,7 @@ func (s *session) ignore(reason string) {
 // which on WebSocket means the link drops without a close frame.
 func (s *session) rebootTask() task {
 	return func(ctx context.Context) {
-		if !sleepCtx(ctx, s.b.cfg.RebootDelay) {
+		if !ctxtime.Sleep(ctx, s.b.cfg.RebootDelay) {
 			return
 		}
 		s.log.Info("rebooting")
@@ -541,18 +543,6 @@ func (m *mainTask) run(ctx context.Context) int {
 			continue
 		}
 		t(ctx)
-	}
-}
-
-// sleepCtx waits for d and reports false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 )
 
 // Defaults for FleetConfig fields left at zero.
@@ -176,7 +178,7 @@ func (f *Fleet) runAll(ctx context.Context, run func(context.Context, *Board) er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !sleepCtx(ctx, time.Duration(i)*f.cfg.StartInterval) {
+			if !ctxtime.Sleep(ctx, time.Duration(i)*f.cfg.StartInterval) {
 				return
 			}
 			errs[i] = run(ctx, b)
@@ -232,7 +234,7 @@ func (f *Fleet) keepConnected(ctx context.Context, b *Board, connection func(con
 		delay := f.backoff(attempt)
 		attempt++
 		b.log.Warn("connection ended; reconnecting", zap.Error(err), zap.Duration("after", delay))
-		if !sleepCtx(ctx, delay) {
+		if !ctxtime.Sleep(ctx, delay) {
 			return nil
 		}
 	}

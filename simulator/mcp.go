@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 )
 
 // The board's MCP server, reproducing the firmware's McpServer: its checks
@@ -253,7 +255,7 @@ func (s *session) toolCall(id int, name string, args *jsonValue) {
 // behind whatever was scheduled while the tool ran, as on the firmware.
 func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundArg) {
 	if d := s.b.cfg.ToolDelay[tool.Name]; d > 0 {
-		if !sleepCtx(ctx, d) {
+		if !ctxtime.Sleep(ctx, d) {
 			return // the link ended mid-call; there is nobody to answer
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 )
 
 // StdioProxyOptions configure a StdioProxy.
@@ -282,7 +284,7 @@ func (p *StdioProxy) maintain(ctx context.Context) error {
 			p.lastErr = err
 			p.mu.Unlock()
 			p.log.Warn("cannot reach the bridge; retrying", zap.String("url", p.opts.URL), zap.Error(err))
-			if !sleepCtx(ctx, p.opts.RetryInterval) {
+			if !ctxtime.Sleep(ctx, p.opts.RetryInterval) {
 				return nil
 			}
 			continue
@@ -319,7 +321,7 @@ func (p *StdioProxy) maintain(ctx context.Context) error {
 		}
 		p.disconnect()
 		<-ended
-		if !sleepCtx(ctx, p.opts.RetryInterval) {
+		if !ctxtime.Sleep(ctx, p.opts.RetryInterval) {
 			return nil
 		}
 	}
@@ -502,15 +504,4 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
