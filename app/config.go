@@ -55,6 +55,9 @@ type DevicesConfig struct {
 	MaxTools       int                      `yaml:"max_tools"`
 	// Vision is handed to camera boards in initialize.
 	Vision *device.Vision `yaml:"vision"`
+	// Flapping stops two live connections that keep replacing each other
+	// under one device id (a cloned MAC).
+	Flapping device.FlapPolicy `yaml:"flapping"`
 }
 
 // ControlConfig secures the control API.
@@ -147,6 +150,7 @@ func (c Config) hubConfig(version string) device.HubConfig {
 		},
 		InitTimeout: d.InitTimeout,
 		ReadyWait:   d.ReadyWait,
+		Flapping:    d.Flapping,
 	}
 }
 
