@@ -229,6 +229,19 @@ func (h *Hub) Session(deviceID string) (*Session, bool) {
 	return s, ok
 }
 
+// Sessions returns every current session, sorted by device id, for
+// callers that need more than the Info snapshot (for example Pending).
+func (h *Hub) Sessions() []*Session {
+	h.mu.Lock()
+	list := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		list = append(list, s)
+	}
+	h.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].info.DeviceID < list[j].info.DeviceID })
+	return list
+}
+
 // Devices returns a snapshot of every current session, sorted by device id.
 func (h *Hub) Devices() []Info {
 	h.mu.Lock()

@@ -422,3 +422,35 @@ func TestFlappingNewcomerIsRefused(t *testing.T) {
 	_, _, err = attach("10.0.0.1:1002")
 	require.NoError(t, err)
 }
+
+// TestPendingCountsQueuedAndInFlightCalls: a session's Pending is the call
+// outstanding on the board plus those queued behind it.
+func TestPendingCountsQueuedAndInFlightCalls(t *testing.T) {
+	h := newHub(t)
+	b, link := startBoard(t, twoTools)
+	b.hold = make(chan struct{})
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0c", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+	assert.Equal(t, 0, s.Pending())
+
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.CallTool(ctx, s.ID(), "self.get_device_status", nil)
+			assert.NoError(t, err)
+		}()
+	}
+	require.Eventually(t, func() bool { return s.Pending() == 3 }, 10*time.Second, 5*time.Millisecond,
+		"one call on the board, two queued")
+	sessions := h.Sessions()
+	require.Len(t, sessions, 1)
+	assert.Same(t, s, sessions[0])
+	close(b.hold)
+	wg.Wait()
+	assert.Equal(t, 0, s.Pending())
+}
