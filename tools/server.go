@@ -92,6 +92,8 @@ type Options struct {
 	EventStoreBytes int
 	// Logger receives the server's logs; name it "mcp". Nil discards.
 	Logger *zap.Logger
+	// Observer, when set, is told about every request received (metrics).
+	Observer Observer
 }
 
 func (o *Options) fill() {
@@ -237,6 +239,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		},
 	})
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	if opts.Observer != nil {
+		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
+	}
 	if opts.Compact {
 		s.addCompactTools()
 	}
