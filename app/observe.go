@@ -2,9 +2,10 @@ package app
 
 // This file wires observability (docs/observability.md): the metrics
 // registry of package observe and what it reads, and the control API's
-// /metrics, /readyz and /api/events.
+// /metrics, /readyz and /api/events. debug.go runs the pprof listener.
 
 import (
+	"net"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -20,6 +21,8 @@ type observability struct {
 	// listening is true from the moment the device and control listeners
 	// serve until Shutdown starts.
 	listening atomic.Bool
+	// debugAddr is the debug listener's bound address, nil when off.
+	debugAddr atomic.Pointer[net.Addr]
 }
 
 // newMetrics creates the registry; every board transport's series start at
@@ -87,9 +90,10 @@ func (a *App) readiness() []api.Check {
 }
 
 // startObservability runs once the listeners serve: readiness turns on
-// (and off again when Shutdown starts).
+// (and off again when Shutdown starts), and the debug listener starts if
+// configured.
 func (a *App) startObservability() error {
 	a.obs.listening.Store(true)
 	a.onDrain(func() { a.obs.listening.Store(false) })
-	return nil
+	return a.startDebug()
 }
