@@ -1,6 +1,7 @@
 // Package api is the bridge's control API: a small JSON-over-HTTP view of
-// the device Hub (list boards, inspect one, call one of its tools) plus a
-// health check. It is served on the control listener, loopback by default,
+// the device Hub (list boards, inspect one, call one of its tools), health
+// and readiness checks, /metrics (a handler the app hands over) and
+// /api/events, a Server-Sent Events view of the Hub's subscription. It is served on the control listener, loopback by default,
 // because it can drive every board.
 package api
 

@@ -45,9 +45,9 @@ func tokenClient(t *testing.T, token string) *http.Client {
 	return &http.Client{Transport: bearerClient{token: token, next: tr}}
 }
 
-// scrape reads /metrics and returns every sample by its series, written as
+// scrapeMetrics reads /metrics and returns every sample by its series, written as
 // the text format writes it: name{label="value",...} with labels sorted.
-func scrape(t *testing.T, hc *http.Client, base string) map[string]float64 {
+func scrapeMetrics(t *testing.T, hc *http.Client, base string) map[string]float64 {
 	t.Helper()
 	resp, err := hc.Get(base + "/metrics")
 	require.NoError(t, err)
@@ -64,14 +64,14 @@ func scrape(t *testing.T, hc *http.Client, base string) map[string]float64 {
 		require.Positive(t, i, line)
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		require.NoError(t, err, line)
-		out[canonical(line[:i])] = v
+		out[canonicalSeries(line[:i])] = v
 	}
 	return out
 }
 
-// canonical sorts a series' labels (the text format puts le and quantile
+// canonicalSeries sorts a series' labels (the text format puts le and quantile
 // last).
-func canonical(s string) string {
+func canonicalSeries(s string) string {
 	open := strings.IndexByte(s, '{')
 	if open < 0 || !strings.HasSuffix(s, "}") {
 		return s
@@ -84,8 +84,8 @@ func canonical(s string) string {
 	return s[:open] + "{" + strings.Join(pairs, ",") + "}"
 }
 
-// series writes a series name with its labels sorted by name.
-func series(name string, labels ...string) string {
+// metricSeries writes a series name with its labels sorted by name.
+func metricSeries(name string, labels ...string) string {
 	var pairs []string
 	for i := 0; i+1 < len(labels); i += 2 {
 		pairs = append(pairs, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
@@ -97,7 +97,7 @@ func series(name string, labels ...string) string {
 	return name + "{" + strings.Join(pairs, ",") + "}"
 }
 
-func connectWS(t *testing.T, a *app.App, c simulator.Config) *simulator.Board {
+func obsBoard(t *testing.T, a *app.App, c simulator.Config) *simulator.Board {
 	t.Helper()
 	profile, err := simulator.LoadProfile("breadboard")
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func connectWS(t *testing.T, a *app.App, c simulator.Config) *simulator.Board {
 	return b
 }
 
-func post(t *testing.T, hc *http.Client, url, body string) int {
+func obsPost(t *testing.T, hc *http.Client, url, body string) int {
 	t.Helper()
 	resp, err := hc.Post(url, "application/json", strings.NewReader(body))
 	require.NoError(t, err)
@@ -131,27 +131,27 @@ func TestMetrics(t *testing.T) {
 	hc := tokenClient(t, "ctl")
 
 	assert.Equal(t, http.StatusUnauthorized, getJSON(t, base+"/metrics", nil), "metrics need the control token")
-	m := scrape(t, hc, base)
+	m := scrapeMetrics(t, hc, base)
 	ws := "websocket"
 	for _, tr := range []string{ws, "mqtt"} {
-		assert.Contains(t, m, series("devicebridge_boards", "state", "ready", "transport", tr), "declared before any board")
-		assert.Contains(t, m, series("devicebridge_board_disconnects_total", "transport", tr, "cause", "broker_lost"))
-		assert.Contains(t, m, series("devicebridge_tool_calls_total", "transport", tr, "outcome", "timeout"))
+		assert.Contains(t, m, metricSeries("devicebridge_boards", "state", "ready", "transport", tr), "declared before any board")
+		assert.Contains(t, m, metricSeries("devicebridge_board_disconnects_total", "transport", tr, "cause", "broker_lost"))
+		assert.Contains(t, m, metricSeries("devicebridge_tool_calls_total", "transport", tr, "outcome", "timeout"))
 	}
 	assert.Contains(t, m, "go_goroutines")
 	assert.Contains(t, m, "process_cpu_seconds_total")
-	assert.NotContains(t, m, series("devicebridge_mqtt_broker_connected"), "no MQTT series while MQTT is off")
+	assert.NotContains(t, m, metricSeries("devicebridge_mqtt_broker_connected"), "no MQTT series while MQTT is off")
 
-	board := connectWS(t, a, simulator.Config{MAC: "aa:00:00:00:0b:01",
+	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0b:01",
 		ToolDelay: map[string]time.Duration{"self.lamp.turn_on": time.Minute}})
 	require.Eventually(t, func() bool {
-		return scrape(t, hc, base)[series("devicebridge_boards", "state", "ready", "transport", ws)] == 1
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_boards", "state", "ready", "transport", ws)] == 1
 	}, obsWait, 10*time.Millisecond)
 
 	dev := base + "/api/devices/aa:00:00:00:0b:01/call"
-	require.Equal(t, http.StatusOK, post(t, hc, dev, `{"name":"self.get_device_status"}`))
-	require.Equal(t, http.StatusNotFound, post(t, hc, dev, `{"name":"self.nope"}`))
-	require.Equal(t, http.StatusNotFound, post(t, hc, base+"/api/devices/ff:ff:ff:ff:ff:ff/call", `{"name":"x"}`))
+	require.Equal(t, http.StatusOK, obsPost(t, hc, dev, `{"name":"self.get_device_status"}`))
+	require.Equal(t, http.StatusNotFound, obsPost(t, hc, dev, `{"name":"self.nope"}`))
+	require.Equal(t, http.StatusNotFound, obsPost(t, hc, base+"/api/devices/ff:ff:ff:ff:ff:ff/call", `{"name":"x"}`))
 
 	// Two slow calls: one on the board, one queued behind it.
 	done := make(chan int, 2)
@@ -167,9 +167,9 @@ func TestMetrics(t *testing.T) {
 		}()
 	}
 	require.Eventually(t, func() bool {
-		m := scrape(t, hc, base)
-		return m[series("devicebridge_call_queue_depth", "transport", ws)] == 2 &&
-			m[series("devicebridge_call_queue_depth_max", "transport", ws)] == 2
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_call_queue_depth", "transport", ws)] == 2 &&
+			m[metricSeries("devicebridge_call_queue_depth_max", "transport", ws)] == 2
 	}, obsWait, 10*time.Millisecond)
 
 	// The board drops off: both calls fail, the disconnect is counted.
@@ -178,20 +178,20 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, http.StatusBadGateway, <-done)
 	}
 	require.Eventually(t, func() bool {
-		m := scrape(t, hc, base)
-		return m[series("devicebridge_boards", "state", "ready", "transport", ws)] == 0 &&
-			m[series("devicebridge_board_disconnects_total", "transport", ws, "cause", "disconnected")] == 1
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_boards", "state", "ready", "transport", ws)] == 0 &&
+			m[metricSeries("devicebridge_board_disconnects_total", "transport", ws, "cause", "disconnected")] == 1
 	}, obsWait, 10*time.Millisecond)
 
-	m = scrape(t, hc, base)
-	assert.Equal(t, 1.0, m[series("devicebridge_board_connects_total", "transport", ws)])
-	assert.Equal(t, 1.0, m[series("devicebridge_tool_calls_total", "transport", ws, "outcome", "ok")])
-	assert.Equal(t, 1.0, m[series("devicebridge_tool_calls_total", "transport", ws, "outcome", "unknown_tool")])
-	assert.Equal(t, 2.0, m[series("devicebridge_tool_calls_total", "transport", ws, "outcome", "offline")])
-	assert.Equal(t, 1.0, m[series("devicebridge_tool_calls_total", "transport", "none", "outcome", "unknown_device")])
-	assert.Equal(t, 4.0, m[series("devicebridge_tool_call_duration_seconds_count", "transport", ws)])
-	assert.Equal(t, 4.0, m[series("devicebridge_tool_call_duration_seconds_bucket", "transport", ws, "le", "+Inf")])
-	assert.Equal(t, 0.0, m[series("devicebridge_call_queue_depth", "transport", ws)])
+	m = scrapeMetrics(t, hc, base)
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_board_connects_total", "transport", ws)])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "ok")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "unknown_tool")])
+	assert.Equal(t, 2.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "offline")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", "none", "outcome", "unknown_device")])
+	assert.Equal(t, 4.0, m[metricSeries("devicebridge_tool_call_duration_seconds_count", "transport", ws)])
+	assert.Equal(t, 4.0, m[metricSeries("devicebridge_tool_call_duration_seconds_bucket", "transport", ws, "le", "+Inf")])
+	assert.Equal(t, 0.0, m[metricSeries("devicebridge_call_queue_depth", "transport", ws)])
 
 	// Upstream MCP: one session-based client, its requests by method.
 	c := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil)
@@ -205,14 +205,14 @@ func TestMetrics(t *testing.T) {
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope"})
 	require.Error(t, err, "an unknown tool is a protocol error")
 	require.Eventually(t, func() bool {
-		m := scrape(t, hc, base)
-		return m[series("devicebridge_mcp_sessions")] == 1 &&
-			m[series("devicebridge_mcp_requests_total", "method", "tools/list", "outcome", "ok")] == 1 &&
-			m[series("devicebridge_mcp_requests_total", "method", "tools/call", "outcome", "error")] == 1 &&
-			m[series("devicebridge_mcp_requests_total", "method", "initialize", "outcome", "ok")] == 1
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_mcp_sessions")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "tools/list", "outcome", "ok")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "tools/call", "outcome", "error")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "initialize", "outcome", "ok")] == 1
 	}, obsWait, 10*time.Millisecond)
 	require.NoError(t, cs.Close())
-	require.Eventually(t, func() bool { return scrape(t, hc, base)[series("devicebridge_mcp_sessions")] == 0 },
+	require.Eventually(t, func() bool { return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_mcp_sessions")] == 0 },
 		obsWait, 10*time.Millisecond)
 }
 
@@ -243,18 +243,18 @@ func TestMetricsAndReadinessWithMQTT(t *testing.T) {
 
 	hc := http.DefaultClient
 	require.Eventually(t, func() bool {
-		return scrape(t, hc, base)[series("devicebridge_boards", "state", "ready", "transport", "mqtt")] == 1
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_boards", "state", "ready", "transport", "mqtt")] == 1
 	}, obsWait, 10*time.Millisecond)
-	require.Equal(t, http.StatusOK, post(t, hc, base+"/api/devices/aa:00:00:00:0b:02/call", `{"name":"self.get_device_status"}`))
-	m := scrape(t, hc, base)
-	assert.Equal(t, 1.0, m[series("devicebridge_mqtt_broker_connected")])
-	assert.Equal(t, 1.0, m[series("devicebridge_mqtt_broker_connects_total")])
-	assert.GreaterOrEqual(t, m[series("devicebridge_mqtt_messages_total", "direction", "in")], 3.0, "initialize, tools/list, call replies")
-	assert.GreaterOrEqual(t, m[series("devicebridge_mqtt_messages_total", "direction", "out")], 3.0)
+	require.Equal(t, http.StatusOK, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:02/call", `{"name":"self.get_device_status"}`))
+	m := scrapeMetrics(t, hc, base)
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_mqtt_broker_connected")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_mqtt_broker_connects_total")])
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "in")], 3.0, "initialize, tools/list, call replies")
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "out")], 3.0)
 	for _, reason := range []string{"oversized", "malformed", "inbox_full", "unknown_topic", "unattributed"} {
-		assert.Contains(t, m, series("devicebridge_mqtt_messages_dropped_total", "reason", reason))
+		assert.Contains(t, m, metricSeries("devicebridge_mqtt_messages_dropped_total", "reason", reason))
 	}
-	assert.Equal(t, 1.0, m[series("devicebridge_tool_calls_total", "transport", "mqtt", "outcome", "ok")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", "mqtt", "outcome", "ok")])
 }
 
 // TestReadyzNamesTheFailingCheck: an external broker nobody answers keeps
@@ -297,8 +297,8 @@ type sseEvent struct {
 	Data  map[string]any
 }
 
-// readEvents parses an event stream until it ends; comments are counted.
-func readEvents(body io.Reader, events chan<- sseEvent, comments chan<- string) {
+// readSSE parses an event stream until it ends, passing comments on.
+func readSSE(body io.Reader, events chan<- sseEvent, comments chan<- string) {
 	defer close(events)
 	sc := bufio.NewScanner(body)
 	var ev sseEvent
@@ -325,7 +325,7 @@ func readEvents(body io.Reader, events chan<- sseEvent, comments chan<- string) 
 	}
 }
 
-func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
+func nextSSE(t *testing.T, events <-chan sseEvent) sseEvent {
 	t.Helper()
 	select {
 	case ev, ok := <-events:
@@ -357,10 +357,10 @@ func TestEventStream(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	events, comments := make(chan sseEvent, 16), make(chan string, 16)
-	go readEvents(resp.Body, events, comments)
+	go readSSE(resp.Body, events, comments)
 
-	board := connectWS(t, a, simulator.Config{MAC: "aa:00:00:00:0b:03"})
-	ev := nextEvent(t, events)
+	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0b:03"})
+	ev := nextSSE(t, events)
 	assert.Equal(t, "online", ev.Event)
 	assert.Equal(t, 1, ev.ID)
 	assert.Equal(t, "aa:00:00:00:0b:03", ev.Data["device_id"])
@@ -368,24 +368,24 @@ func TestEventStream(t *testing.T) {
 	assert.Equal(t, "ready", ev.Data["state"])
 	assert.EqualValues(t, 13, ev.Data["tool_count"])
 
-	require.Equal(t, http.StatusOK, post(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
+	require.Equal(t, http.StatusOK, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":35}}`))
-	require.Equal(t, http.StatusUnprocessableEntity, post(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
+	require.Equal(t, http.StatusUnprocessableEntity, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":300}}`))
-	ev = nextEvent(t, events)
+	ev = nextSSE(t, events)
 	assert.Equal(t, "call", ev.Event)
 	assert.Equal(t, 2, ev.ID)
 	assert.Equal(t, map[string]any{"device_id": "aa:00:00:00:0b:03", "transport": "websocket",
 		"tool": "self.audio_speaker.set_volume", "code": "ok", "duration_ms": ev.Data["duration_ms"]}, ev.Data,
 		"no arguments, no results")
 	assert.Positive(t, ev.Data["duration_ms"])
-	ev = nextEvent(t, events)
+	ev = nextSSE(t, events)
 	assert.Equal(t, "call", ev.Event)
 	assert.Equal(t, 3, ev.ID)
 	assert.Equal(t, "invalid_arguments", ev.Data["code"])
 
 	require.NoError(t, board.Close())
-	ev = nextEvent(t, events)
+	ev = nextSSE(t, events)
 	assert.Equal(t, "offline", ev.Event)
 	assert.Equal(t, 4, ev.ID)
 	assert.Equal(t, "closed", ev.Data["state"])
