@@ -1,6 +1,7 @@
 // Package api is the bridge's control API: a small JSON-over-HTTP view of
-// the device Hub (list boards, inspect one, call one of its tools) plus a
-// health check. It is served on the control listener, loopback by default,
+// the device Hub (list boards, inspect one, call one of its tools), health
+// and readiness checks, /metrics (a handler the app hands over) and
+// /api/events, a Server-Sent Events view of the Hub's subscription. It is served on the control listener, loopback by default,
 // because it can drive every board.
 package api
 
@@ -29,13 +30,22 @@ type Options struct {
 	// /healthz stays open so load balancers can probe it.
 	Tokens       []string
 	MaxBodyBytes int64
+	// Metrics, when set, is served on GET /metrics behind the same tokens.
+	Metrics http.Handler
+	// Ready lists the readiness checks GET /readyz reports (open, like
+	// /healthz); nil means always ready.
+	Ready func() []Check
+	// EventsHeartbeat is how often an idle /api/events stream gets a
+	// comment line. Default 15s.
+	EventsHeartbeat time.Duration
 }
 
 // Server serves the control API.
 type Server struct {
-	hub  *device.Hub
-	opts Options
-	log  *zap.Logger
+	hub     *device.Hub
+	opts    Options
+	log     *zap.Logger
+	streams *streams // open /api/events streams; see Close
 }
 
 // New creates the control API over hub.
@@ -43,10 +53,13 @@ func New(hub *device.Hub, opts Options, logger *zap.Logger) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.EventsHeartbeat <= 0 {
+		opts.EventsHeartbeat = DefaultEventsHeartbeat
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Server{hub: hub, opts: opts, log: logger}
+	return &Server{hub: hub, opts: opts, log: logger, streams: newStreams()}
 }
 
 // Register mounts the routes on mux.
@@ -55,6 +68,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.Handle("GET /api/devices", s.auth(http.HandlerFunc(s.listDevices)))
 	mux.Handle("GET /api/devices/{id}", s.auth(http.HandlerFunc(s.getDevice)))
 	mux.Handle("POST /api/devices/{id}/call", s.auth(http.HandlerFunc(s.callTool)))
+	s.registerObservability(mux) // /readyz, /metrics, /api/events
 }
 
 // DeviceSummary is one row of GET /api/devices.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -30,6 +31,9 @@ type App struct {
 	WS  *ws.Server
 	// mcp is the upstream MCP server; nil when MCP is off.
 	mcp *tools.Server
+	// Metrics owns the Prometheus registry served on /metrics.
+	Metrics *observe.Metrics
+	obs     observability
 
 	deviceLn, controlLn   net.Listener
 	deviceSrv, controlSrv *http.Server
@@ -57,8 +61,12 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 		logger = zap.NewNop()
 	}
 	a := &App{cfg: cfg, log: logger}
-	a.Hub = device.NewHub(cfg.hubConfig(Version), logger.Named("device"))
+	a.Metrics = newMetrics(logger)
+	hubCfg := cfg.hubConfig(Version)
+	hubCfg.Observer = a.Metrics
+	a.Hub = device.NewHub(hubCfg, logger.Named("device"))
 	a.WS = ws.NewServer(cfg.WebSocket, a.Hub, logger.Named("ws"))
+	a.watchMetrics()
 	return a, nil
 }
 
@@ -120,7 +128,9 @@ func (a *App) Start(ctx context.Context) error {
 	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	controlMux := http.NewServeMux()
-	api.New(a.Hub, api.Options{Tokens: a.cfg.Control.Tokens}, a.log.Named("api")).Register(controlMux)
+	apiSrv := api.New(a.Hub, a.apiOptions(), a.log.Named("api"))
+	apiSrv.Register(controlMux)
+	a.onDrain(apiSrv.Close) // ends /api/events streams
 	if err := a.startMCP(ctx, controlMux); err != nil {
 		a.closeListeners()
 		return fmt.Errorf("mcp: %w", err)
@@ -133,6 +143,10 @@ func (a *App) Start(ctx context.Context) error {
 		zap.String("devices", a.DeviceURL()),
 		zap.String("control", "http://"+a.ControlAddr().String()),
 		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0))
+	if err := a.startObservability(); err != nil {
+		a.Shutdown(context.Background())
+		return err
+	}
 
 	if err := a.startMQTT(ctx); err != nil {
 		a.Shutdown(context.Background())

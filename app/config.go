@@ -33,6 +33,10 @@ type Config struct {
 	MCP           MCPConfig      `yaml:"mcp"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DebugListen serves net/http/pprof on a listener of its own; "" (the
+	// default) turns it off. Loopback only unless DebugAllowRemote.
+	DebugListen      string `yaml:"debug_listen"`
+	DebugAllowRemote bool   `yaml:"debug_allow_remote"`
 }
 
 // LogConfig selects the zap encoder and level.
@@ -129,6 +133,9 @@ func (c Config) Validate() error {
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.validateDebug(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -169,6 +176,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.Devices.CallTimeout, "call-timeout", cfg.Devices.CallTimeout, "default tools/call timeout (0 = 30s)")
 	registerMQTTFlags(fs, &cfg.MQTT)
 	registerMCPFlags(fs, &cfg.MCP)
+	registerDebugFlags(fs, cfg)
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config

@@ -114,11 +114,14 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 		return nil
 	}
 	log := a.log.Named("mcp")
-	srv, err := tools.New(a.Hub, c.options(Version, a.cfg.Control.Tokens, log))
+	opts := c.options(Version, a.cfg.Control.Tokens, log)
+	opts.Observer = a.Metrics
+	srv, err := tools.New(a.Hub, opts)
 	if err != nil {
 		return err
 	}
 	a.mcp = srv
+	a.Metrics.WatchMCPSessions(srv.SessionCount)
 	mux.Handle("/mcp", srv.Handler())
 	runCtx, cancel := context.WithCancel(ctx)
 	a.goOwned(func() { srv.Run(runCtx) })

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,6 +82,9 @@ type Hub struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	subs     map[*Subscription]struct{}
+	// callSubs counts subscriptions that receive EventCall, so calls skip
+	// the lock while nobody listens.
+	callSubs atomic.Int32
 	gen      uint64
 	closed   bool
 	wg       sync.WaitGroup // one per running session
@@ -229,6 +233,19 @@ func (h *Hub) Session(deviceID string) (*Session, bool) {
 	return s, ok
 }
 
+// Sessions returns every current session, sorted by device id, for
+// callers that need more than the Info snapshot (for example Pending).
+func (h *Hub) Sessions() []*Session {
+	h.mu.Lock()
+	list := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		list = append(list, s)
+	}
+	h.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].info.DeviceID < list[j].info.DeviceID })
+	return list
+}
+
 // Devices returns a snapshot of every current session, sorted by device id.
 func (h *Hub) Devices() []Info {
 	h.mu.Lock()
@@ -255,8 +272,15 @@ func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.Raw
 	start := time.Now()
 	transport := ""
 	res, err := h.callTool(ctx, deviceID, tool, args, &transport)
+	took, code := time.Since(start), CodeOf(err)
 	if h.cfg.Observer != nil {
-		h.cfg.Observer.CallDone(transport, CodeOf(err), time.Since(start))
+		h.cfg.Observer.CallDone(transport, code, took)
+	}
+	if h.callSubs.Load() > 0 {
+		h.mu.Lock()
+		h.publishLocked(Event{Type: EventCall, DeviceID: deviceID,
+			Call: CallOutcome{Transport: transport, Tool: tool, Code: code, Duration: took}})
+		h.mu.Unlock()
 	}
 	return res, err
 }
@@ -320,18 +344,31 @@ func (h *Hub) readySession(ctx context.Context, deviceID string) (*Session, erro
 	}
 }
 
-// Subscribe returns a subscription to the Hub's events. Close it when done.
-func (h *Hub) Subscribe() *Subscription {
-	sub := &Subscription{hub: h, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
+// Subscribe returns a subscription to the Hub's board events. Close it
+// when done.
+func (h *Hub) Subscribe() *Subscription { return h.SubscribeWith(SubscribeOptions{}) }
+
+// SubscribeWith returns a subscription to the Hub's events, with call
+// outcomes too if opts ask for them. Close it when done.
+func (h *Hub) SubscribeWith(opts SubscribeOptions) *Subscription {
+	sub := &Subscription{hub: h, calls: opts.Calls, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.subs[sub] = struct{}{}
+	if sub.calls {
+		h.callSubs.Add(1)
+	}
 	h.mu.Unlock()
 	return sub
 }
 
 func (h *Hub) unsubscribe(sub *Subscription) {
 	h.mu.Lock()
-	delete(h.subs, sub)
+	if _, ok := h.subs[sub]; ok {
+		delete(h.subs, sub)
+		if sub.calls {
+			h.callSubs.Add(-1)
+		}
+	}
 	h.mu.Unlock()
 }
 
@@ -348,6 +385,9 @@ func (h *Hub) publishIfCurrent(s *Session, t EventType) {
 
 func (h *Hub) publishLocked(ev Event) {
 	for sub := range h.subs {
+		if ev.Type == EventCall && !sub.calls {
+			continue
+		}
 		sub.push(ev)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -385,4 +386,85 @@ func TestFlappingNewcomerIsRefused(t *testing.T) {
 	<-cur.Done()
 	_, _, err = attach("10.0.0.1:1002")
 	require.NoError(t, err)
+}
+
+// TestPendingCountsQueuedAndInFlightCalls: a session's Pending is the call
+// outstanding on the board plus those queued behind it.
+func TestPendingCountsQueuedAndInFlightCalls(t *testing.T) {
+	h := newHub(t)
+	b, link := startBoard(t, twoTools)
+	b.hold = make(chan struct{})
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0c", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+	assert.Equal(t, 0, s.Pending())
+
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.CallTool(ctx, s.ID(), "self.get_device_status", nil)
+			assert.NoError(t, err)
+		}()
+	}
+	require.Eventually(t, func() bool { return s.Pending() == 3 }, 10*time.Second, 5*time.Millisecond,
+		"one call on the board, two queued")
+	sessions := h.Sessions()
+	require.Len(t, sessions, 1)
+	assert.Same(t, s, sessions[0])
+	close(b.hold)
+	wg.Wait()
+	assert.Equal(t, 0, s.Pending())
+}
+
+// TestCallOutcomesReachOnlySubscribersThatAsked: a finished call is
+// published as EventCall (tool, code, duration, transport; no arguments or
+// results) to subscriptions made with Calls, and never to plain ones.
+func TestCallOutcomesReachOnlySubscribersThatAsked(t *testing.T) {
+	h := newHub(t)
+	plain := h.Subscribe()
+	defer plain.Close()
+	calls := h.SubscribeWith(SubscribeOptions{Calls: true})
+	_, link := startBoard(t, twoTools)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0d", Transport: "test", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+	assert.Equal(t, EventOnline, waitEvents(t, plain, 1)[0].Type)
+	assert.Equal(t, EventOnline, waitEvents(t, calls, 1)[0].Type)
+
+	_, err = h.CallTool(ctx, s.ID(), "self.get_device_status", json.RawMessage(`{}`))
+	require.NoError(t, err)
+	_, err = h.CallTool(ctx, s.ID(), "self.nope", nil)
+	require.ErrorIs(t, err, ErrUnknownTool)
+	_, err = h.CallTool(ctx, "ff:ff:ff:ff:ff:ff", "self.get_device_status", nil)
+	require.ErrorIs(t, err, ErrUnknownDevice)
+
+	ev := waitEvents(t, calls, 3)
+	require.Len(t, ev, 3)
+	for _, e := range ev {
+		assert.Equal(t, EventCall, e.Type)
+		assert.Equal(t, "call", e.Type.String())
+		assert.Zero(t, e.Info, "a call event carries no session snapshot")
+	}
+	assert.Equal(t, s.ID(), ev[0].DeviceID)
+	assert.Equal(t, CallOutcome{Transport: "test", Tool: "self.get_device_status", Code: "", Duration: ev[0].Call.Duration}, ev[0].Call)
+	assert.Positive(t, ev[0].Call.Duration)
+	assert.Equal(t, CodeUnknownTool, ev[1].Call.Code)
+	assert.Equal(t, "test", ev[1].Call.Transport)
+	assert.Equal(t, "ff:ff:ff:ff:ff:ff", ev[2].DeviceID)
+	assert.Equal(t, CodeUnknownDevice, ev[2].Call.Code)
+	assert.Empty(t, ev[2].Call.Transport, "no session was found")
+	assert.Empty(t, plain.Next(), "plain subscriptions see board events only")
+
+	calls.Close()
+	calls.Close() // idempotent, and the Hub stops publishing calls
+	assert.Zero(t, h.callSubs.Load())
+	_, err = h.CallTool(ctx, s.ID(), "self.get_device_status", nil)
+	require.NoError(t, err)
+	assert.Empty(t, calls.Next())
 }

@@ -79,6 +79,20 @@ func (s *Session) Stats() envelope.StreamStats {
 	return st.Stats()
 }
 
+// Pending reports the board's call queue depth: the request outstanding on
+// the board (if any) plus those waiting behind it (at most
+// devices.queue_size+1). It is 0 before initialization starts and for a
+// board without MCP.
+func (s *Session) Pending() int {
+	s.mu.Lock()
+	c := s.client
+	s.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return c.Pending()
+}
+
 // WaitReady blocks until the session is ready, closes, or ctx ends.
 func (s *Session) WaitReady(ctx context.Context) error {
 	if !s.info.HasMCP {

@@ -72,14 +72,17 @@ type EventType int
 
 // Event types. EventResync means the subscriber fell too far behind and
 // must re-read Hub.Devices() instead of relying on the events it missed.
+// EventCall reports a finished tool call; only subscriptions that asked
+// for calls (SubscribeOptions.Calls) receive it.
 const (
 	EventOnline EventType = iota
 	EventToolsChanged
 	EventOffline
 	EventResync
+	EventCall
 )
 
-var eventNames = [...]string{"online", "tools_changed", "offline", "resync"}
+var eventNames = [...]string{"online", "tools_changed", "offline", "resync", "call"}
 
 func (t EventType) String() string {
 	if int(t) < len(eventNames) {
@@ -89,9 +92,22 @@ func (t EventType) String() string {
 }
 
 // Event is one change in the Hub. Info is the session snapshot at the time
-// (zero for EventResync).
+// (zero for EventResync and EventCall); Call is set for EventCall only.
 type Event struct {
 	Type     EventType
 	DeviceID string
 	Info     Info
+	Call     CallOutcome
+}
+
+// CallOutcome is how one tool call through Hub.CallTool ended. It carries
+// no arguments and no results.
+type CallOutcome struct {
+	// Transport is the board's transport, or "" when the call never found
+	// a session (unknown device, shutting down).
+	Transport string
+	Tool      string
+	// Code is "" on success.
+	Code     Code
+	Duration time.Duration
 }

@@ -2,6 +2,15 @@ package device
 
 import "sync"
 
+// SubscribeOptions choose what a subscription receives beyond the board
+// events (online, tools changed, offline, resync).
+type SubscribeOptions struct {
+	// Calls adds an EventCall for every tool call that ends. Calls share
+	// the subscription's bounded backlog, so a subscriber that falls
+	// behind gets EventResync and loses the calls it missed.
+	Calls bool
+}
+
 // DefaultSubscriptionBuffer is how many events a subscriber may fall behind
 // before its backlog is collapsed into one EventResync.
 const DefaultSubscriptionBuffer = 1024
@@ -12,6 +21,7 @@ const DefaultSubscriptionBuffer = 1024
 // subscriber loses detail, never the final state.
 type Subscription struct {
 	hub    *Hub
+	calls  bool // receives EventCall too
 	mu     sync.Mutex
 	queue  []Event
 	max    int

@@ -142,6 +142,11 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Pending reports how many requests the client holds: the one outstanding
+// on the board (if any) plus those queued behind it. It is at most
+// QueueSize+1.
+func (c *Client) Pending() int { return len(c.slots) }
+
 // Done is closed when the connection ends.
 func (c *Client) Done() <-chan struct{} { return c.conn.DisconnectNotify() }
 

@@ -93,6 +93,8 @@ type Options struct {
 	EventStoreBytes int `yaml:"event_store_bytes"`
 	// Logger receives the server's logs; name it "mcp". Nil discards.
 	Logger *zap.Logger `yaml:"-"`
+	// Observer, when set, is told about every request received (metrics).
+	Observer Observer `yaml:"-"`
 }
 
 func (o *Options) fill() {
@@ -238,6 +240,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		},
 	})
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	if opts.Observer != nil {
+		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
+	}
 	if opts.Compact {
 		s.addCompactTools()
 	}

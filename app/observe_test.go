@@ -1,0 +1,406 @@
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/devicebridge/devicebridge/api"
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// obsWait bounds every poll in these tests; nothing should come close.
+const obsWait = 15 * time.Second
+
+// bearerClient adds a bearer token to every request.
+type bearerClient struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerClient) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func tokenClient(t *testing.T, token string) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: bearerClient{token: token, next: tr}}
+}
+
+// scrapeMetrics reads /metrics and returns every sample by its series, written as
+// the text format writes it: name{label="value",...} with labels sorted.
+func scrapeMetrics(t *testing.T, hc *http.Client, base string) map[string]float64 {
+	t.Helper()
+	resp, err := hc.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, line)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, line)
+		out[canonicalSeries(line[:i])] = v
+	}
+	return out
+}
+
+// canonicalSeries sorts a series' labels (the text format puts le and quantile
+// last).
+func canonicalSeries(s string) string {
+	open := strings.IndexByte(s, '{')
+	if open < 0 || !strings.HasSuffix(s, "}") {
+		return s
+	}
+	pairs := strings.Split(s[open+1:len(s)-1], `",`)
+	for i := range pairs[:len(pairs)-1] {
+		pairs[i] += `"`
+	}
+	sort.Strings(pairs)
+	return s[:open] + "{" + strings.Join(pairs, ",") + "}"
+}
+
+// metricSeries writes a series name with its labels sorted by name.
+func metricSeries(name string, labels ...string) string {
+	var pairs []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
+	}
+	sort.Strings(pairs)
+	if len(pairs) == 0 {
+		return name
+	}
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+func obsBoard(t *testing.T, a *app.App, c simulator.Config) *simulator.Board {
+	t.Helper()
+	profile, err := simulator.LoadProfile("breadboard")
+	require.NoError(t, err)
+	c.Profile = profile
+	b, err := simulator.NewBoard(c)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), obsWait)
+	defer cancel()
+	require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
+	return b
+}
+
+func obsPost(t *testing.T, hc *http.Client, url, body string) int {
+	t.Helper()
+	resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// TestMetrics: /metrics follows a board through connect, calls (ok,
+// refused, queued) and disconnect, and counts the upstream MCP server's
+// sessions and requests; it honours the control tokens.
+func TestMetrics(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.Control.Tokens = []string{"ctl"}
+	a, base := startApp(t, cfg)
+	hc := tokenClient(t, "ctl")
+
+	assert.Equal(t, http.StatusUnauthorized, getJSON(t, base+"/metrics", nil), "metrics need the control token")
+	m := scrapeMetrics(t, hc, base)
+	ws := "websocket"
+	for _, tr := range []string{ws, "mqtt"} {
+		assert.Contains(t, m, metricSeries("devicebridge_boards", "state", "ready", "transport", tr), "declared before any board")
+		assert.Contains(t, m, metricSeries("devicebridge_board_disconnects_total", "transport", tr, "cause", "broker_lost"))
+		assert.Contains(t, m, metricSeries("devicebridge_tool_calls_total", "transport", tr, "outcome", "timeout"))
+	}
+	assert.Contains(t, m, "go_goroutines")
+	assert.Contains(t, m, "process_cpu_seconds_total")
+	assert.NotContains(t, m, metricSeries("devicebridge_mqtt_broker_connected"), "no MQTT series while MQTT is off")
+
+	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0b:01",
+		ToolDelay: map[string]time.Duration{"self.lamp.turn_on": time.Minute}})
+	require.Eventually(t, func() bool {
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_boards", "state", "ready", "transport", ws)] == 1
+	}, obsWait, 10*time.Millisecond)
+
+	dev := base + "/api/devices/aa:00:00:00:0b:01/call"
+	require.Equal(t, http.StatusOK, obsPost(t, hc, dev, `{"name":"self.get_device_status"}`))
+	require.Equal(t, http.StatusNotFound, obsPost(t, hc, dev, `{"name":"self.nope"}`))
+	require.Equal(t, http.StatusNotFound, obsPost(t, hc, base+"/api/devices/ff:ff:ff:ff:ff:ff/call", `{"name":"x"}`))
+
+	// Two slow calls: one on the board, one queued behind it.
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := hc.Post(dev, "application/json", strings.NewReader(`{"name":"self.lamp.turn_on"}`))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	require.Eventually(t, func() bool {
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_call_queue_depth", "transport", ws)] == 2 &&
+			m[metricSeries("devicebridge_call_queue_depth_max", "transport", ws)] == 2
+	}, obsWait, 10*time.Millisecond)
+
+	// The board drops off: both calls fail, the disconnect is counted.
+	require.NoError(t, board.Close())
+	for range 2 {
+		assert.Equal(t, http.StatusBadGateway, <-done)
+	}
+	require.Eventually(t, func() bool {
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_boards", "state", "ready", "transport", ws)] == 0 &&
+			m[metricSeries("devicebridge_board_disconnects_total", "transport", ws, "cause", "disconnected")] == 1
+	}, obsWait, 10*time.Millisecond)
+
+	m = scrapeMetrics(t, hc, base)
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_board_connects_total", "transport", ws)])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "ok")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "unknown_tool")])
+	assert.Equal(t, 2.0, m[metricSeries("devicebridge_tool_calls_total", "transport", ws, "outcome", "offline")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", "none", "outcome", "unknown_device")])
+	assert.Equal(t, 4.0, m[metricSeries("devicebridge_tool_call_duration_seconds_count", "transport", ws)])
+	assert.Equal(t, 4.0, m[metricSeries("devicebridge_tool_call_duration_seconds_bucket", "transport", ws, "le", "+Inf")])
+	assert.Equal(t, 0.0, m[metricSeries("devicebridge_call_queue_depth", "transport", ws)])
+
+	// Upstream MCP: one session-based client, its requests by method.
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), obsWait)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: hc, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	require.NoError(t, err)
+	_, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope"})
+	require.Error(t, err, "an unknown tool is a protocol error")
+	require.Eventually(t, func() bool {
+		m := scrapeMetrics(t, hc, base)
+		return m[metricSeries("devicebridge_mcp_sessions")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "tools/list", "outcome", "ok")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "tools/call", "outcome", "error")] == 1 &&
+			m[metricSeries("devicebridge_mcp_requests_total", "method", "initialize", "outcome", "ok")] == 1
+	}, obsWait, 10*time.Millisecond)
+	require.NoError(t, cs.Close())
+	require.Eventually(t, func() bool { return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_mcp_sessions")] == 0 },
+		obsWait, 10*time.Millisecond)
+}
+
+// TestMetricsAndReadinessWithMQTT: with the embedded broker the MQTT series
+// appear and move with an MQTT board, and /readyz includes the MQTT check.
+func TestMetricsAndReadinessWithMQTT(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.MQTT.Listen = "127.0.0.1:0"
+	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	a, base := startApp(t, cfg)
+
+	var ready api.ReadyBody
+	require.Equal(t, http.StatusOK, getJSON(t, base+"/readyz", &ready))
+	assert.Equal(t, "ready", ready.Status)
+	assert.Equal(t, []api.Check{{Name: "listeners", OK: true}, {Name: "mqtt", OK: true}}, ready.Checks)
+
+	profile, err := simulator.LoadProfile("breadboard")
+	require.NoError(t, err)
+	b, err := simulator.NewBoard(simulator.Config{MAC: "aa:00:00:00:0b:02", Profile: profile})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), obsWait)
+	defer cancel()
+	conn, err := b.ConnectMQTT(ctx, simulator.MQTTConfig{Endpoint: "tcp://" + a.MQTTAddr().String()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	hc := http.DefaultClient
+	require.Eventually(t, func() bool {
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_boards", "state", "ready", "transport", "mqtt")] == 1
+	}, obsWait, 10*time.Millisecond)
+	require.Equal(t, http.StatusOK, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:02/call", `{"name":"self.get_device_status"}`))
+	m := scrapeMetrics(t, hc, base)
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_mqtt_broker_connected")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_mqtt_broker_connects_total")])
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "in")], 3.0, "initialize, tools/list, call replies")
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "out")], 3.0)
+	for _, reason := range []string{"oversized", "malformed", "inbox_full", "unknown_topic", "unattributed"} {
+		assert.Contains(t, m, metricSeries("devicebridge_mqtt_messages_dropped_total", "reason", reason))
+	}
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", "mqtt", "outcome", "ok")])
+}
+
+// TestReadyzNamesTheFailingCheck: an external broker nobody answers keeps
+// the bridge alive (/healthz 200) but not ready (/readyz 503 naming mqtt).
+func TestReadyzNamesTheFailingCheck(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		// paho's failed connect attempt ends only after its retry sleep
+		// (1s), longer than goleak waits by itself: wait for it first.
+		deadline := time.Now().Add(obsWait)
+		for goleak.Find(opt) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		goleak.VerifyNone(t, opt)
+	})
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "tcp://" + dead.Addr().String()
+	require.NoError(t, dead.Close())
+	cfg := testConfig()
+	cfg.MQTT.Broker = url
+	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	cfg.MQTT.ConnectTimeout = 200 * time.Millisecond
+	_, base := startApp(t, cfg)
+
+	assert.Equal(t, http.StatusOK, getJSON(t, base+"/healthz", nil), "alive")
+	var ready api.ReadyBody
+	require.Equal(t, http.StatusServiceUnavailable, getJSON(t, base+"/readyz", &ready))
+	assert.Equal(t, "not_ready", ready.Status)
+	assert.Equal(t, []string{"mqtt"}, ready.Failing)
+	require.Len(t, ready.Checks, 2)
+	assert.True(t, ready.Checks[0].OK)
+	assert.Contains(t, ready.Checks[1].Error, "not connected to its broker")
+}
+
+// sseEvent is one parsed Server-Sent Event.
+type sseEvent struct {
+	ID    int
+	Event string
+	Data  map[string]any
+}
+
+// readSSE parses an event stream until it ends, passing comments on.
+func readSSE(body io.Reader, events chan<- sseEvent, comments chan<- string) {
+	defer close(events)
+	sc := bufio.NewScanner(body)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.Event != "" {
+				events <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"):
+			select {
+			case comments <- line:
+			default:
+			}
+		case strings.HasPrefix(line, "id: "):
+			ev.ID, _ = strconv.Atoi(strings.TrimPrefix(line, "id: "))
+		case strings.HasPrefix(line, "event: "):
+			ev.Event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.Data)
+		}
+	}
+}
+
+func nextSSE(t *testing.T, events <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		require.True(t, ok, "the stream ended early")
+		return ev
+	case <-time.After(obsWait):
+		t.Fatal("no event")
+		return sseEvent{}
+	}
+}
+
+// TestEventStream: a real HTTP client reads /api/events while a simulated
+// board connects, is called and disconnects; the stream ends when the
+// bridge shuts down, without holding the shutdown up.
+func TestEventStream(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.Control.Tokens = []string{"ctl"}
+	a, err := app.New(cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	base := "http://" + a.ControlAddr().String()
+	hc := tokenClient(t, "ctl")
+
+	assert.Equal(t, http.StatusUnauthorized, getJSON(t, base+"/api/events", nil), "same auth as /api")
+	resp, err := hc.Get(base + "/api/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	events, comments := make(chan sseEvent, 16), make(chan string, 16)
+	go readSSE(resp.Body, events, comments)
+
+	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0b:03"})
+	ev := nextSSE(t, events)
+	assert.Equal(t, "online", ev.Event)
+	assert.Equal(t, 1, ev.ID)
+	assert.Equal(t, "aa:00:00:00:0b:03", ev.Data["device_id"])
+	assert.Equal(t, "websocket", ev.Data["transport"])
+	assert.Equal(t, "ready", ev.Data["state"])
+	assert.EqualValues(t, 13, ev.Data["tool_count"])
+
+	require.Equal(t, http.StatusOK, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":35}}`))
+	require.Equal(t, http.StatusUnprocessableEntity, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0b:03/call",
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":300}}`))
+	ev = nextSSE(t, events)
+	assert.Equal(t, "call", ev.Event)
+	assert.Equal(t, 2, ev.ID)
+	assert.Equal(t, map[string]any{"device_id": "aa:00:00:00:0b:03", "transport": "websocket",
+		"tool": "self.audio_speaker.set_volume", "code": "ok", "duration_ms": ev.Data["duration_ms"]}, ev.Data,
+		"no arguments, no results")
+	assert.Positive(t, ev.Data["duration_ms"])
+	ev = nextSSE(t, events)
+	assert.Equal(t, "call", ev.Event)
+	assert.Equal(t, 3, ev.ID)
+	assert.Equal(t, "invalid_arguments", ev.Data["code"])
+
+	require.NoError(t, board.Close())
+	ev = nextSSE(t, events)
+	assert.Equal(t, "offline", ev.Event)
+	assert.Equal(t, 4, ev.ID)
+	assert.Equal(t, "closed", ev.Data["state"])
+	assert.Equal(t, "disconnected", ev.Data["close_cause"])
+	assert.NotEmpty(t, ev.Data["close_reason"])
+
+	// Shutdown ends the open stream instead of waiting for the client.
+	ctx, cancel := context.WithTimeout(context.Background(), obsWait)
+	defer cancel()
+	require.NoError(t, a.Shutdown(ctx))
+	select {
+	case _, open := <-events:
+		assert.False(t, open, "no event after shutdown, only the end of the stream")
+	case <-time.After(obsWait):
+		t.Fatal("the stream did not end at shutdown")
+	}
+	assert.Equal(t, ": devicebridge events", <-comments, "the stream opens with a comment")
+}

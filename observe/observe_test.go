@@ -1,0 +1,56 @@
+package observe
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/devicebridge/devicebridge/device"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestObserverLabels: missing transports and causes get their documented
+// label values, and every series of a declared transport exists at zero.
+func TestObserverLabels(t *testing.T) {
+	m := New(Options{Transports: []string{"websocket"}})
+	m.CallDone("", device.CodeUnknownDevice, time.Millisecond)
+	m.CallDone("websocket", "", 2*time.Second)
+	m.SessionOpened(device.Identity{DeviceID: "a", Transport: "websocket"})
+	m.SessionClosed(device.Info{Identity: device.Identity{DeviceID: "a", Transport: "websocket"}})
+	m.MCPRequestDone("tools/call", "tool_error", time.Millisecond)
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.calls.WithLabelValues(NoTransport, "unknown_device")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.calls.WithLabelValues("websocket", OutcomeOK)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.connects.WithLabelValues("websocket")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.disconnects.WithLabelValues("websocket", "closed")), "no cause reads as closed")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.mcpRequests.WithLabelValues("tools/call", "tool_error")))
+	assert.Equal(t, len(device.CloseCauses), testutil.CollectAndCount(m.disconnects))
+	assert.Equal(t, 2*(len(device.Codes)+1), testutil.CollectAndCount(m.calls), "websocket and none, ok and every code")
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems, "series follow the Prometheus naming rules")
+}
+
+// TestWatchOnceAndInteractions: each Watch registers once (a second call is
+// logged, not a panic), and the interactions gauge reads its source.
+func TestWatchOnceAndInteractions(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	m := New(Options{Logger: zap.New(core)})
+	m.WatchInteractions(func() map[string]int { return map[string]int{"prompting": 2, "confirming": 1} })
+	m.WatchInteractions(func() map[string]int { return nil })
+	assert.Equal(t, 1, logs.Len())
+	m.WatchMCPSessions(func() int { return 3 })
+	m.WatchMQTT(func() (MQTTStats, bool) { return MQTTStats{}, false })
+
+	n, err := testutil.GatherAndCount(m.Registry(), "devicebridge_interactions", "devicebridge_mcp_sessions",
+		"devicebridge_mqtt_broker_connected")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n, "two interaction states and the session gauge; no MQTT series while it is off")
+}
