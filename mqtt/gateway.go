@@ -881,10 +881,3 @@ func redactURL(s string) string {
 	}
 	return u.Redacted()
 }
-
-// newSessionID returns 128 random bits as 32 hex digits.
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}

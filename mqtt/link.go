@@ -11,6 +11,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // recvQueue bounds MCP messages handed to the session but not yet read. The
@@ -228,7 +229,7 @@ func (l *link) handleHello(env envelope.Envelope) {
 			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
 		return
 	}
-	a := l.g.udp.open(newSessionID())
+	a := l.g.udp.open(randid.Hex16())
 	l.audioMu.Lock()
 	old := l.audio
 	l.audio = a
