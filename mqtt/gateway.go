@@ -304,7 +304,7 @@ func (g *Gateway) Close() {
 	}
 	g.mu.Unlock()
 	for _, l := range list {
-		l.Close(device.ErrShutdown)
+		l.Close(device.Closing(device.CauseShutdown, device.ErrShutdown))
 	}
 	// Links finish (and send their goodbyes) before the connection goes.
 	for _, l := range list {
@@ -443,7 +443,7 @@ func (g *Gateway) lookup(deviceID string) *link {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.links[deviceID]
-	if l == nil || l.closed() {
+	if l == nil || l.Closed() {
 		return nil
 	}
 	return l
@@ -476,7 +476,7 @@ func (g *Gateway) attach(b Board, why string) *link {
 	g.mu.Unlock()
 	go l.run()
 	if old != nil {
-		old.Close(ErrBoardReconnected)
+		old.Close(device.Closing(device.CauseReplaced, ErrBoardReconnected))
 	}
 	id := device.Identity{
 		DeviceID:   b.DeviceID,
@@ -587,11 +587,11 @@ func (g *Gateway) dropAllLinks() {
 	}
 	g.mu.Unlock()
 	for _, l := range list {
-		if l.closed() {
+		if l.Closed() {
 			continue
 		}
 		g.recovering[l.board.DeviceID] = &recovery{}
-		l.Close(ErrBrokerConnectionLost)
+		l.Close(device.Closing(device.CauseBrokerLost, ErrBrokerConnectionLost))
 	}
 }
 
@@ -628,7 +628,7 @@ func (g *Gateway) reconcile(force bool) {
 	}
 	g.mu.Unlock()
 	for _, l := range gone {
-		l.Close(ErrBoardDisconnected)
+		l.Close(device.Closing(device.CauseDisconnected, ErrBoardDisconnected))
 	}
 }
 
@@ -730,7 +730,7 @@ func (g *Gateway) probeIdle() {
 	g.mu.Lock()
 	var due []*link
 	for _, l := range g.links {
-		if !l.closed() && l.lastHeard.Load() < idle && !l.probing.Load() {
+		if !l.Closed() && l.lastHeard.Load() < idle && !l.probing.Load() {
 			due = append(due, l)
 		}
 	}

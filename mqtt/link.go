@@ -27,9 +27,12 @@ const goodbyeTimeout = 2 * time.Second
 // Uplink messages arrive from paho's callback into inbox (never blocking:
 // a full inbox drops and counts). The link's own goroutine (run) decodes
 // them, answers hello and goodbye, and hands MCP messages to the session
-// through recv. Downlink messages are published straight through paho,
-// whose client has a single writer of its own.
+// through the LinkBase queue. Downlink messages are published straight
+// through paho, whose client has a single writer of its own.
 type link struct {
+	// LinkBase gives Receive, Close, Done and Err; run feeds it.
+	*device.LinkBase
+
 	g        *Gateway
 	board    Board
 	topic    string // downlink topic
@@ -41,13 +44,7 @@ type link struct {
 	sid atomic.Pointer[string] // session id stamped on outgoing messages
 
 	inbox chan []byte
-	recv  chan []byte
-	done  chan struct{} // closed by Close
 	gone  chan struct{} // closed once run has finished and left the gateway
-
-	closeOnce sync.Once
-	reasonMu  sync.Mutex
-	reason    error
 
 	audioMu sync.Mutex
 	audio   *audioSession
@@ -69,9 +66,8 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		advHost:  advHost,
 		log:      g.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
 		attached: time.Now(),
+		LinkBase: device.NewLinkBase(recvQueue),
 		inbox:    make(chan []byte, g.cfg.InboxSize),
-		recv:     make(chan []byte, recvQueue),
-		done:     make(chan struct{}),
 		gone:     make(chan struct{}),
 	}
 	empty := ""
@@ -86,53 +82,10 @@ func (l *link) SessionID() string { return *l.sid.Load() }
 
 // Send publishes one message on the board's downlink topic.
 func (l *link) Send(ctx context.Context, msg []byte) error {
-	select {
-	case <-l.done:
-		return l.closedErr()
-	default:
+	if l.Closed() {
+		return l.ClosedErr()
 	}
 	return l.g.publish(ctx, l.topic, msg)
-}
-
-// Receive returns the next MCP message from the board.
-func (l *link) Receive(ctx context.Context) ([]byte, error) {
-	select {
-	case m := <-l.recv:
-		return m, nil
-	case <-l.done:
-		return nil, l.closedErr()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (l *link) Close(reason error) {
-	l.closeOnce.Do(func() {
-		if reason == nil {
-			reason = device.ErrLinkClosed
-		}
-		l.reasonMu.Lock()
-		l.reason = reason
-		l.reasonMu.Unlock()
-		close(l.done)
-	})
-}
-
-func (l *link) Done() <-chan struct{} { return l.done }
-
-func (l *link) Err() error {
-	l.reasonMu.Lock()
-	defer l.reasonMu.Unlock()
-	return l.reason
-}
-
-func (l *link) closed() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // finished is closed once the link's goroutine has wound everything up.
@@ -146,13 +99,11 @@ func (l *link) ready() bool {
 	return s != nil && s.Info().State == device.StateReady
 }
 
-func (l *link) closedErr() error { return fmt.Errorf("%w: %v", device.ErrLinkClosed, l.Err()) }
-
 // deliver hands one uplink payload to the link without blocking. It
 // reports false when the link is already closed, so the caller can find the
 // board a new one.
 func (l *link) deliver(p []byte) bool {
-	if l.closed() {
+	if l.Closed() {
 		return false
 	}
 	l.lastHeard.Store(time.Now().UnixNano())
@@ -177,7 +128,7 @@ func (l *link) run() {
 		select {
 		case msg := <-l.inbox:
 			l.handle(msg)
-		case <-l.done:
+		case <-l.Done():
 			return
 		}
 	}
@@ -197,10 +148,9 @@ func (l *link) handle(msg []byte) {
 	case envelope.TypeGoodbye:
 		l.handleGoodbye(env)
 	case envelope.TypeMCP:
-		select {
-		case l.recv <- msg:
-		case <-l.done:
-		}
+		// Waits while the session is behind: inbox, not this queue, is
+		// where a flooding board's messages are dropped.
+		l.Deliver(msg)
 	default:
 		// listen, abort, ...: conversation messages the bridge does not
 		// serve. Counted, not an error.
@@ -319,8 +269,8 @@ func (l *link) finish() {
 // sayGoodbyeOnClose: a goodbye is pointless when the board has left the
 // broker or the broker is gone.
 func sayGoodbyeOnClose(reason error) bool {
-	switch reason {
-	case ErrBoardDisconnected, ErrBrokerConnectionLost:
+	switch device.CauseOf(reason) {
+	case device.CauseDisconnected, device.CauseBrokerLost:
 		return false
 	}
 	return true
