@@ -36,21 +36,14 @@ var (
 	// ErrBoardReconnected: the board opened a new MQTT connection; the
 	// session on the old one ends.
 	ErrBoardReconnected = errors.New("board reconnected to the MQTT broker")
-	// ErrUnresponsive: the board stopped answering liveness probes.
-	ErrUnresponsive = errors.New("board stopped answering liveness probes")
+	// ErrUnresponsive: the board stopped answering liveness probes. The
+	// device Session probes and closes; this is its sentinel.
+	ErrUnresponsive = device.ErrUnresponsive
 	// ErrNoAudioSession: the board has no open audio session to end.
 	ErrNoAudioSession = errors.New("board has no open audio session")
 	// ErrGatewayClosed: the gateway is shutting down or was never started.
 	ErrGatewayClosed = errors.New("mqtt gateway closed")
 )
-
-// probeMethod is what liveness probes send. Boards implement no ping and
-// answer any unknown method with an error reply, which proves them alive
-// as well as a result would, and costs the board nothing.
-const probeMethod = "ping"
-
-// maxConcurrentProbes bounds liveness probes in flight across all boards.
-const maxConcurrentProbes = 16
 
 // Board is one board connection as a presence source reports it.
 type Board struct {
@@ -72,7 +65,8 @@ type Board struct {
 
 // Presence is a source of truth about which boards are connected right
 // now: the embedded broker implements it. Without one the gateway learns of
-// a board when it first publishes, and probes idle boards for liveness.
+// a board when it first publishes, and its links ask the device Session to
+// probe idle boards for liveness (see device.KeepaliveLink).
 type Presence interface {
 	// Boards lists the connected boards.
 	Boards() []Board
@@ -130,8 +124,9 @@ type discovery struct {
 // against the embedded broker and an external one.
 //
 // Goroutines: paho's own; the supervisor (connection changes, presence,
-// discovery, liveness, recovery); the UDP reader; one per board link; and
-// liveness probes (bounded). Close waits for all of them.
+// discovery, recovery); the UDP reader; and one per board link. Close
+// waits for all of them. Liveness probes belong to each board's device
+// Session, which the Hub waits for.
 type Gateway struct {
 	cfg      Config
 	hub      *device.Hub
@@ -154,7 +149,6 @@ type Gateway struct {
 	wake     chan struct{}
 	ready    chan struct{}
 	readyMu  sync.Once
-	probes   chan struct{}
 
 	connects, losses atomic.Int64 // bumped by paho's handlers
 	failing          atomic.Bool  // a connect attempt failed since the last success
@@ -202,7 +196,6 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		discover:      make(chan discovery, DefaultDiscoveryQueue),
 		wake:          make(chan struct{}, 1),
 		ready:         make(chan struct{}),
-		probes:        make(chan struct{}, maxConcurrentProbes),
 		attemptedGen:  map[string]uint64{},
 		lastDiscovery: map[string]time.Time{},
 		recovering:    map[string]*recovery{},
@@ -497,6 +490,29 @@ func (g *Gateway) attach(b Board, why string) *link {
 	return l
 }
 
+// keepalive is the liveness policy handed to every link's Session. With a
+// presence source the broker reports disconnects itself, so nothing is
+// probed; a negative interval turns probing off.
+func (g *Gateway) keepalive() device.KeepalivePolicy {
+	lv := g.cfg.Liveness
+	if g.presence != nil || lv.Interval <= 0 {
+		return device.KeepalivePolicy{}
+	}
+	return device.KeepalivePolicy{Interval: lv.Interval, Timeout: lv.Timeout, Misses: lv.Misses, OnProbe: g.countProbe}
+}
+
+// countProbe keeps the gateway's liveness counters.
+func (g *Gateway) countProbe(o device.ProbeOutcome) {
+	g.stats.probes.Add(1)
+	switch o {
+	case device.ProbeMissed:
+		g.stats.probeMisses.Add(1)
+	case device.ProbeUnresponsive:
+		g.stats.probeMisses.Add(1)
+		g.stats.unresponsive.Add(1)
+	}
+}
+
 // ---- supervisor ----
 
 func (g *Gateway) supervise() {
@@ -525,13 +541,10 @@ func (g *Gateway) supervise() {
 	}
 }
 
-// tickInterval paces housekeeping: liveness and recovery need no finer
-// resolution than a fraction of their own intervals.
+// tickInterval paces housekeeping: recovery needs no finer resolution
+// than a fraction of the reconnect interval.
 func (g *Gateway) tickInterval() time.Duration {
 	t := time.Second
-	if iv := g.cfg.Liveness.Interval; iv > 0 && iv/4 < t {
-		t = iv / 4
-	}
 	if m := g.cfg.MaxReconnectInterval / 2; m < t {
 		t = m
 	}
@@ -682,9 +695,6 @@ func (g *Gateway) housekeeping() {
 	}
 	if g.presence == nil {
 		g.runRecovery()
-		if g.cfg.Liveness.Interval > 0 {
-			g.probeIdle()
-		}
 	}
 }
 
@@ -721,63 +731,6 @@ func (g *Gateway) runRecovery() {
 		r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
 		r.next = now.Add(r.backoff)
 		g.attach(Board{DeviceID: id, Key: TopicKey(id)}, "recovering after reconnect")
-	}
-}
-
-// probeIdle starts a probe for every ready board silent for Interval.
-func (g *Gateway) probeIdle() {
-	idle := time.Now().Add(-g.cfg.Liveness.Interval).UnixNano()
-	g.mu.Lock()
-	var due []*link
-	for _, l := range g.links {
-		if !l.Closed() && l.lastHeard.Load() < idle && !l.probing.Load() {
-			due = append(due, l)
-		}
-	}
-	g.mu.Unlock()
-	for _, l := range due {
-		if !l.ready() {
-			continue // initializing: its own timeouts decide
-		}
-		select {
-		case g.probes <- struct{}{}:
-		default:
-			return // enough in flight; the rest wait for the next tick
-		}
-		l.probing.Store(true)
-		g.wg.Add(1)
-		go g.probe(l)
-	}
-}
-
-// probe sends one cheap request. Any reply, error replies included, proves
-// the board alive; only a request the board never answered counts as a
-// miss. Waiting for a turn behind a long tool call is not a miss.
-func (g *Gateway) probe(l *link) {
-	defer g.wg.Done()
-	defer func() { <-g.probes; l.probing.Store(false) }()
-	g.stats.probes.Add(1)
-	ctx, cancel := context.WithTimeout(g.ctx, max(g.cfg.Liveness.Interval, 2*g.cfg.Liveness.Timeout))
-	defer cancel()
-	s := l.session.Load()
-	if s == nil {
-		return
-	}
-	_, err := s.Call(ctx, probeMethod, nil, g.cfg.Liveness.Timeout)
-	var de *device.DeviceError
-	switch {
-	case err == nil || errors.As(err, &de):
-		l.misses.Store(0)
-	case errors.Is(err, device.ErrTimeout):
-		g.stats.probeMisses.Add(1)
-		n := l.misses.Add(1)
-		l.log.Info("board missed a liveness probe", zap.Int32("misses", n), zap.Int("limit", g.cfg.Liveness.Misses))
-		if int(n) >= g.cfg.Liveness.Misses {
-			g.stats.unresponsive.Add(1)
-			l.Close(ErrUnresponsive)
-		}
-	default:
-		l.log.Debug("liveness probe without verdict", zap.Error(err))
 	}
 }
 

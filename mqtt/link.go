@@ -50,13 +50,13 @@ type link struct {
 	audio   *audioSession
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last uplink message
-	misses    atomic.Int32 // liveness probes unanswered in a row
-	probing   atomic.Bool
 
 	dropped atomic.Int64
 }
 
-var _ device.Link = (*link)(nil)
+// MQTT links opt in to the Session's keepalive: through an external broker
+// nothing tells the bridge that a board went away.
+var _ device.KeepaliveLink = (*link)(nil)
 
 func newLink(g *Gateway, b Board, advHost string) *link {
 	l := &link{
@@ -88,6 +88,12 @@ func (l *link) Send(ctx context.Context, msg []byte) error {
 	return l.g.publish(ctx, l.topic, msg)
 }
 
+// Keepalive is the gateway's liveness policy (none with a presence source).
+func (l *link) Keepalive() device.KeepalivePolicy { return l.g.keepalive() }
+
+// LastHeard is when the board last published anything, MCP or not.
+func (l *link) LastHeard() time.Time { return time.Unix(0, l.lastHeard.Load()) }
+
 // finished is closed once the link's goroutine has wound everything up.
 func (l *link) finished() <-chan struct{} { return l.gone }
 
@@ -107,7 +113,6 @@ func (l *link) deliver(p []byte) bool {
 		return false
 	}
 	l.lastHeard.Store(time.Now().UnixNano())
-	l.misses.Store(0)
 	select {
 	case l.inbox <- p:
 	default:
