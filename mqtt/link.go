@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
-	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // recvQueue bounds MCP messages handed to the session but not yet read. The
@@ -105,26 +103,6 @@ func (l *link) ready() bool {
 	return s != nil && s.Info().State == device.StateReady
 }
 
-// deliver hands one uplink payload to the link without blocking. It
-// reports false when the link is already closed, so the caller can find the
-// board a new one.
-func (l *link) deliver(p []byte) bool {
-	if l.Closed() {
-		return false
-	}
-	l.lastHeard.Store(time.Now().UnixNano())
-	select {
-	case l.inbox <- p:
-	default:
-		l.dropped.Add(1)
-		l.g.stats.inboxFull.Add(1)
-		if ce := l.log.Check(zap.WarnLevel, "board inbox full; dropped an uplink message"); ce != nil {
-			ce.Write(zap.Int("bytes", len(p)), zap.Int("inbox", cap(l.inbox)))
-		}
-	}
-	return true
-}
-
 // run is the link's only consumer of inbox. The gateway waits for it.
 func (l *link) run() {
 	defer l.g.wg.Done()
@@ -137,93 +115,6 @@ func (l *link) run() {
 			return
 		}
 	}
-}
-
-func (l *link) handle(msg []byte) {
-	env, err := envelope.Decode(msg, l.g.cfg.MaxMessageSize)
-	if err != nil {
-		l.g.stats.malformed.Add(1)
-		// The payload itself is never logged: it may be anything.
-		l.log.Warn("dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
-		return
-	}
-	switch env.Type {
-	case envelope.TypeHello:
-		l.handleHello(env)
-	case envelope.TypeGoodbye:
-		l.handleGoodbye(env)
-	case envelope.TypeMCP:
-		// Waits while the session is behind: inbox, not this queue, is
-		// where a flooding board's messages are dropped.
-		l.Deliver(msg)
-	default:
-		// listen, abort, ...: conversation messages the bridge does not
-		// serve. Counted, not an error.
-		l.g.stats.other.Add(1)
-		if ce := l.log.Check(zap.DebugLevel, "ignored board message"); ce != nil {
-			ce.Write(zap.String("type", env.Type))
-		}
-	}
-}
-
-// handleHello opens a new audio session. A hello while one is open
-// replaces it: boards send a fresh hello after their channel timed out,
-// without a goodbye for the old one.
-func (l *link) handleHello(env envelope.Envelope) {
-	h, err := envelope.ParseDeviceHello(env)
-	if err != nil {
-		l.g.stats.malformed.Add(1)
-		l.log.Warn("dropped malformed hello", zap.Error(err))
-		return
-	}
-	if h.Version != 3 || h.Transport != "udp" {
-		// Every MQTT firmware sends version 3 over udp; anything else would
-		// not understand the reply either.
-		l.g.stats.badHellos.Add(1)
-		l.log.Warn("ignored hello: MQTT boards must send version 3 with transport udp",
-			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
-		return
-	}
-	a := l.g.udp.open(randid.Hex16())
-	l.audioMu.Lock()
-	old := l.audio
-	l.audio = a
-	l.audioMu.Unlock()
-	l.g.udp.close(old)
-	l.sid.Store(&a.id)
-
-	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
-	defer cancel()
-	if err := l.Send(ctx, serverHello(a, l.advHost, l.g.udpAdvertisePort())); err != nil {
-		l.log.Warn("could not answer hello", zap.Error(err))
-		return
-	}
-	l.g.stats.hellos.Add(1)
-	fields := []zap.Field{zap.String("session_id", a.id), zap.Uint32("ssrc", a.ssrc),
-		zap.String("udp", fmt.Sprintf("%s:%d", l.advHost, l.g.udpAdvertisePort())), zap.Bool("mcp", h.Features.MCP)}
-	if old != nil {
-		fields = append(fields, zap.String("replaced_session_id", old.id))
-	}
-	l.log.Info("audio session opened", fields...)
-}
-
-// handleGoodbye honours a board's goodbye only for the current session,
-// the same rule boards apply to the bridge's goodbye.
-func (l *link) handleGoodbye(env envelope.Envelope) {
-	l.audioMu.Lock()
-	a := l.audio
-	match := a != nil && env.SessionID == a.id
-	if match {
-		l.audio = nil
-	}
-	l.audioMu.Unlock()
-	if !match {
-		l.log.Info("ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
-		return
-	}
-	l.g.udp.close(a)
-	l.g.stats.goodbyesIn.Add(1)
-	l.log.Info("board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
 }
 
 // goodbye ends the current audio session from the bridge's side. The
