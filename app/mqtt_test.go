@@ -800,7 +800,7 @@ func TestMQTTConfig(t *testing.T) {
 	for name, mutate := range map[string]func(*MQTTConfig){
 		"bad broker scheme": func(c *MQTTConfig) { c.Broker = "http://x:1883" },
 		"bad listen":        func(c *MQTTConfig) { c.Listen = "1883" },
-		"bad topic":         func(c *MQTTConfig) { c.Topics.Uplink = "devices/up" },
+		"bad topic":         func(c *MQTTConfig) { c.GatewayConfig.Topics.Uplink = "devices/up" },
 		"nobody admitted":   func(c *MQTTConfig) { f := false; c.Auth.AllowAnonymous = &f },
 		"bad advertise":     func(c *MQTTConfig) { c.UDP.Advertise = "host:notaport" },
 		"missing ca file":   func(c *MQTTConfig) { c.TLS.CAFile = "/nonexistent/ca.pem" },
@@ -833,6 +833,71 @@ func TestMQTTConfig(t *testing.T) {
 	assert.Equal(t, "tcp://10.0.0.5:1883", cfg.MQTT.Broker)
 	assert.Equal(t, 30*time.Second, cfg.MQTT.Liveness.Interval)
 	assert.Equal(t, 5, cfg.MQTT.Liveness.Misses)
-	assert.NotNil(t, cfg.MQTT.Topics.Shared, "an explicit empty list is kept, not defaulted")
-	assert.Empty(t, cfg.MQTT.Topics.Shared)
+	assert.NotNil(t, cfg.MQTT.GatewayConfig.Topics.Shared, "an explicit empty list is kept, not defaulted")
+	assert.Empty(t, cfg.MQTT.GatewayConfig.Topics.Shared)
+}
+
+// TestMQTTConfigKeys: every key under mqtt: lands in the gateway's or the
+// embedded broker's own config (they are embedded, not copied), and the
+// broker is handed the gateway's topics.
+func TestMQTTConfigKeys(t *testing.T) {
+	path := t.TempDir() + "/bridge.yaml"
+	require.NoError(t, os.WriteFile(path, []byte(`mqtt:
+  listen: ":1884"
+  broker: ""
+  username: bridge
+  password: pw
+  client_id: bridge-1
+  tls: {ca_file: "", server_name: broker.lan}
+  topics: {uplink: "up/{mac}", downlink: "down/{mac}", shared: ["hub"]}
+  auth: {users: [{username: u, password: p}], hmac_secret: s, allow_any_client_id: true}
+  udp: {listen: ":9884", advertise: "10.0.0.9"}
+  liveness: {interval: 1m30s, timeout: 7s, misses: 4}
+  max_message_size: 1000
+  max_packet_size: 2000
+  client_writes_pending: 64
+  inbox_size: 8
+  keepalive: 20s
+  max_reconnect_interval: 3s
+  connect_timeout: 4s
+  write_timeout: 6s
+  recover_window: 2m
+  rediscover_interval: 9s
+`), 0o600))
+	cfg, err := ParseArgs("bridge", []string{"--config", path})
+	require.NoError(t, err)
+	gw, br := cfg.MQTT.gateway(), cfg.MQTT.embeddedBroker()
+	assert.Equal(t, mqtt.Config{
+		Username: "bridge", Password: "pw", ClientID: "bridge-1",
+		TLS:                  mqtt.TLSConfig{ServerName: "broker.lan"},
+		Topics:               mqtt.Topics{Uplink: "up/{mac}", Downlink: "down/{mac}", Shared: []string{"hub"}},
+		UDP:                  mqtt.UDPConfig{Listen: ":9884", Advertise: "10.0.0.9"},
+		Liveness:             mqtt.LivenessConfig{Interval: 90 * time.Second, Timeout: 7 * time.Second, Misses: 4},
+		MaxMessageSize:       1000,
+		InboxSize:            8,
+		KeepAlive:            20 * time.Second,
+		MaxReconnectInterval: 3 * time.Second,
+		ConnectTimeout:       4 * time.Second,
+		WriteTimeout:         6 * time.Second,
+		RecoverWindow:        2 * time.Minute,
+		RediscoverInterval:   9 * time.Second,
+	}, gw)
+	assert.Equal(t, broker.Config{
+		Listen: ":1884", Topics: gw.Topics,
+		Auth:          broker.AuthConfig{Users: []broker.User{{Username: "u", Password: "p"}}, HMACSecret: "s", AllowAnyClientID: true},
+		MaxPacketSize: 2000, ClientWritesPending: 64,
+	}, br)
+
+	// The shipped file spells out the defaults.
+	shipped, err := ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})
+	require.NoError(t, err)
+	def := Default().MQTT
+	assert.Equal(t, def.gateway().Topics, shipped.MQTT.gateway().Topics)
+	assert.Equal(t, def.Liveness, shipped.MQTT.Liveness)
+	assert.Equal(t, def.UDP, shipped.MQTT.UDP)
+	assert.Equal(t, def.Listen, shipped.MQTT.Listen)
+	assert.Equal(t, def.MaxMessageSize, shipped.MQTT.MaxMessageSize)
+	assert.Equal(t, def.MaxPacketSize, shipped.MQTT.MaxPacketSize)
+	assert.Equal(t, def.KeepAlive, shipped.MQTT.KeepAlive)
+	assert.Equal(t, def.RecoverWindow, shipped.MQTT.RecoverWindow)
 }

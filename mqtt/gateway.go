@@ -6,6 +6,7 @@ package mqtt
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -103,7 +104,8 @@ type Gateway struct {
 	up, down Template
 	client   paho.Client
 	udp      *udpServer
-	defHost  string // UDP host advertised when the board gives no hint
+	tls      *tls.Config // built from cfg.TLS; nil for plain connections
+	defHost  string      // UDP host advertised when the board gives no hint
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,6 +145,10 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	tlsCfg, err := cfg.TLS.Build()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ClientID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -150,6 +156,7 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 	}
 	g := &Gateway{
 		cfg:           cfg,
+		tls:           tlsCfg,
 		hub:           hub,
 		presence:      presence,
 		log:           logger,
@@ -204,8 +211,8 @@ func (g *Gateway) Start() error {
 		SetOnConnectHandler(g.onConnect).
 		SetConnectionLostHandler(g.onConnectionLost).
 		SetConnectionNotificationHandler(g.onNotification)
-	if g.cfg.TLS != nil {
-		opts.SetTLSConfig(g.cfg.TLS)
+	if g.tls != nil {
+		opts.SetTLSConfig(g.tls)
 	}
 	g.client = paho.NewClient(opts)
 

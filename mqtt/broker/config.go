@@ -71,17 +71,21 @@ func (a AuthConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Config configures the embedded broker.
+// Config configures the embedded broker. It carries its own yaml keys, so
+// the bridge's configuration embeds it (under "mqtt", beside the
+// gateway's keys) instead of copying it field by field.
 type Config struct {
 	// Listen is where boards connect (":1883").
-	Listen string
-	// Topics must be the same as the gateway's.
-	Topics mqtt.Topics
-	Auth   AuthConfig
+	Listen string `yaml:"listen"`
+	// Topics must be the same as the gateway's, so they are not a key of
+	// their own: whoever embeds both configs hands the gateway's over.
+	Topics mqtt.Topics `yaml:"-"`
+	// Auth is the board authentication.
+	Auth AuthConfig `yaml:"auth"`
 	// MaxPacketSize bounds one MQTT packet (0 = DefaultMaxPacketSize).
-	MaxPacketSize int
+	MaxPacketSize int `yaml:"max_packet_size"`
 	// ClientWritesPending bounds each client's outbound queue.
-	ClientWritesPending int
+	ClientWritesPending int `yaml:"client_writes_pending"`
 }
 
 // WithDefaults fills zero fields.
