@@ -6,6 +6,7 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -98,22 +99,38 @@ func (l *link) handle(msg []byte) {
 	}
 }
 
+// errNotMQTTHello: a well-formed hello the MQTT path cannot answer.
+var errNotMQTTHello = errors.New("mqtt: hello is not version 3 over udp")
+
+// parseHello reads a board's hello on the MQTT path. Every MQTT firmware
+// sends version 3 over udp; a hello claiming anything else would not
+// understand the reply either, so it fails with errNotMQTTHello (and the
+// parsed hello, for the log).
+func parseHello(env envelope.Envelope) (envelope.DeviceHello, error) {
+	h, err := envelope.ParseDeviceHello(env)
+	if err != nil {
+		return envelope.DeviceHello{}, err
+	}
+	if h.Version != 3 || h.Transport != "udp" {
+		return h, errNotMQTTHello
+	}
+	return h, nil
+}
+
 // handleHello opens a new audio session. A hello while one is open
 // replaces it: boards send a fresh hello after their channel timed out,
 // without a goodbye for the old one.
 func (l *link) handleHello(env envelope.Envelope) {
-	h, err := envelope.ParseDeviceHello(env)
-	if err != nil {
-		l.g.stats.malformed.Add(1)
-		l.log.Warn("dropped malformed hello", zap.Error(err))
-		return
-	}
-	if h.Version != 3 || h.Transport != "udp" {
-		// Every MQTT firmware sends version 3 over udp; anything else would
-		// not understand the reply either.
+	h, err := parseHello(env)
+	switch {
+	case errors.Is(err, errNotMQTTHello):
 		l.g.stats.badHellos.Add(1)
 		l.log.Warn("ignored hello: MQTT boards must send version 3 with transport udp",
 			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
+		return
+	case err != nil:
+		l.g.stats.malformed.Add(1)
+		l.log.Warn("dropped malformed hello", zap.Error(err))
 		return
 	}
 	a := l.g.udp.open(randid.Hex16())
