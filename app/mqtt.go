@@ -12,11 +12,9 @@ import (
 	"net"
 	"strings"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 )
@@ -28,67 +26,51 @@ const DefaultMQTTListen = broker.DefaultListen
 // MQTTConfig configures the MQTT side. With Broker empty the bridge runs
 // its own broker on Listen; with Broker set it connects to that broker
 // instead and Listen is ignored. With both empty MQTT is off.
+//
+// It is the gateway's and the embedded broker's own configs, embedded with
+// their yaml keys inlined under "mqtt" (listen, broker, topics, auth, udp,
+// liveness, ...): a field added to either is configurable at once. The
+// broker takes its topics from the gateway's, so both always agree.
+//
+//   - Listen (embedded broker) is where boards connect (":1883"); "" turns
+//     it off. If the port is already taken (often by a system Mosquitto)
+//     the bridge logs what happened and how to fix it, and runs without
+//     MQTT instead of failing: the WebSocket side keeps working.
+//   - Broker (gateway) is an external broker URL (tcp://host:1883,
+//     ssl://host:8883, ws://, wss://). Boards must then publish to their
+//     own uplink topic and the broker must deliver downlink to them (see
+//     docs/mqtt.md). Username, Password, ClientID and TLS are the bridge's
+//     own on that broker.
 type MQTTConfig struct {
-	// Listen is the embedded broker's address (":1883"); "" disables it.
-	// If the port is already taken (often by a system Mosquitto) the bridge
-	// logs what happened and how to fix it, and runs without MQTT instead
-	// of failing: the WebSocket side keeps working.
-	Listen string `yaml:"listen"`
-	// Broker is an external broker URL (tcp://host:1883, ssl://host:8883,
-	// ws://, wss://). Boards must then publish to their own uplink topic
-	// and the broker must deliver downlink to them (see docs/mqtt.md).
-	Broker string `yaml:"broker"`
-	// Username and Password are the bridge's credentials on the external
-	// broker.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
-	// ClientID is the bridge's client id on the external broker; empty
-	// generates devicebridge-<random>. Two bridges must not share one.
-	ClientID string         `yaml:"client_id"`
-	TLS      mqtt.TLSConfig `yaml:"tls"`
-
-	// Topics are shared by broker and gateway: uplink devices/up/{mac},
-	// downlink devices/p2p/{mac}, shared [device-server].
-	Topics mqtt.Topics `yaml:"topics"`
-	// Auth is the embedded broker's board authentication.
-	Auth broker.AuthConfig `yaml:"auth"`
-	// MaxPacketSize bounds one MQTT packet on the embedded broker.
-	MaxPacketSize int `yaml:"max_packet_size"`
-
-	UDP      mqtt.UDPConfig      `yaml:"udp"`
-	Liveness mqtt.LivenessConfig `yaml:"liveness"`
-
-	// MaxMessageSize bounds one uplink message (default 64 KiB).
-	MaxMessageSize int `yaml:"max_message_size"`
-	// KeepAlive is the bridge's keep-alive towards the broker.
-	KeepAlive time.Duration `yaml:"keepalive"`
-	// MaxReconnectInterval caps the reconnect back-off.
-	MaxReconnectInterval time.Duration `yaml:"max_reconnect_interval"`
-	// ConnectTimeout bounds one connection attempt, and how long start-up
-	// waits for an external broker before carrying on without it.
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// RecoverWindow is how long boards lost with the broker connection
-	// are re-initialized after it returns (external broker).
-	RecoverWindow time.Duration `yaml:"recover_window"`
+	GatewayConfig `yaml:",inline"`
+	BrokerConfig  `yaml:",inline"`
 }
+
+// The component configs MQTTConfig embeds. Aliases give the embedded
+// fields distinct names (both types are called Config) while keeping their
+// fields promoted: cfg.MQTT.Listen, cfg.MQTT.Broker, cfg.MQTT.Liveness.
+type (
+	// GatewayConfig is the MQTT gateway's configuration.
+	GatewayConfig = mqtt.Config
+	// BrokerConfig is the embedded broker's configuration.
+	BrokerConfig = broker.Config
+)
 
 func defaultMQTTConfig() MQTTConfig {
 	return MQTTConfig{
-		Listen:        DefaultMQTTListen,
-		Topics:        mqtt.DefaultTopics(),
-		MaxPacketSize: broker.DefaultMaxPacketSize,
-		UDP:           mqtt.UDPConfig{Listen: mqtt.DefaultUDPListen},
-		Liveness: mqtt.LivenessConfig{
-			Interval: mqtt.DefaultLivenessInterval,
-			Timeout:  mqtt.DefaultLivenessTimeout,
-			Misses:   mqtt.DefaultLivenessMisses,
-		},
-		MaxMessageSize:       envelope.DefaultMaxMessageSize,
-		KeepAlive:            mqtt.DefaultKeepAlive,
-		MaxReconnectInterval: mqtt.DefaultMaxReconnectInterval,
-		ConnectTimeout:       mqtt.DefaultConnectTimeout,
-		RecoverWindow:        mqtt.DefaultRecoverWindow,
+		GatewayConfig: mqtt.Config{}.WithDefaults(),
+		BrokerConfig:  broker.Config{Listen: DefaultMQTTListen}.WithDefaults(),
 	}
+}
+
+// gateway is the gateway's config, as the file and flags left it.
+func (c MQTTConfig) gateway() mqtt.Config { return c.GatewayConfig }
+
+// embeddedBroker is the embedded broker's config, with the gateway's topics.
+func (c MQTTConfig) embeddedBroker() broker.Config {
+	b := c.BrokerConfig
+	b.Topics = c.GatewayConfig.Topics
+	return b
 }
 
 func (c MQTTConfig) enabled() bool { return c.Broker != "" || c.Listen != "" }
@@ -97,30 +79,29 @@ func (c MQTTConfig) validate() error {
 	if !c.enabled() {
 		return nil
 	}
+	gw := c.gateway()
+	gw.Topics = gw.Topics.WithDefaults() // as the gateway will see them
 	var errs []error
 	if c.Broker != "" {
-		if err := mqtt.ValidateBrokerURL(c.Broker); err != nil {
-			errs = append(errs, fmt.Errorf("mqtt.broker: %w", err))
+		if err := gw.Validate(); err != nil {
+			errs = append(errs, err)
 		}
-	} else if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("mqtt.listen %q: want host:port (or \"\" to disable)", c.Listen))
-	}
-	if err := c.Topics.WithDefaults().Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Broker == "" {
+	} else {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("mqtt.listen %q: want host:port (or \"\" to disable)", c.Listen))
+		}
+		// The embedded broker's URL is known only once it runs; check the
+		// rest of the gateway's settings with a stand-in.
+		gw.Broker = "tcp://127.0.0.1:1883"
+		if err := gw.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := c.Auth.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if c.MaxMessageSize < 0 || c.MaxPacketSize < 0 {
-		errs = append(errs, errors.New("mqtt.max_message_size and mqtt.max_packet_size must not be negative"))
-	}
-	if c.Liveness.Misses < 0 {
-		errs = append(errs, errors.New("mqtt.liveness.misses must not be negative"))
-	}
-	if err := c.UDP.Validate(); err != nil {
-		errs = append(errs, err)
+	if c.MaxPacketSize < 0 {
+		errs = append(errs, errors.New("mqtt.max_packet_size must not be negative"))
 	}
 	if _, err := c.TLS.Build(); err != nil {
 		errs = append(errs, err)
@@ -220,31 +201,11 @@ func (a *App) startMQTT(ctx context.Context) error {
 		return nil
 	}
 	log := a.Logger().Named("mqtt")
-	tlsCfg, err := c.TLS.Build()
-	if err != nil {
-		return err
-	}
-	gw := mqtt.Config{
-		Broker:               c.Broker,
-		ClientID:             c.ClientID,
-		Username:             c.Username,
-		Password:             c.Password,
-		TLS:                  tlsCfg,
-		Topics:               c.Topics,
-		KeepAlive:            c.KeepAlive,
-		ConnectTimeout:       c.ConnectTimeout,
-		MaxReconnectInterval: c.MaxReconnectInterval,
-		MaxMessageSize:       c.MaxMessageSize,
-		UDP:                  c.UDP,
-		Liveness:             c.Liveness,
-		RecoverWindow:        c.RecoverWindow,
-	}
+	gw := c.gateway()
 	side := &mqttSide{}
 	var presence mqtt.Presence
 	if c.Broker == "" {
-		b, err := broker.New(broker.Config{
-			Listen: c.Listen, Topics: c.Topics, Auth: c.Auth, MaxPacketSize: c.MaxPacketSize,
-		}, log.Named("broker"))
+		b, err := broker.New(c.embeddedBroker(), log.Named("broker"))
 		if err != nil {
 			return err
 		}
@@ -259,7 +220,7 @@ func (a *App) startMQTT(ctx context.Context) error {
 		}
 		a.onShutdown(func(context.Context) { _ = b.Close() })
 		creds := b.GatewayCredentials()
-		gw.Broker, gw.ClientID, gw.Username, gw.Password, gw.TLS = creds.URL, creds.ClientID, creds.Username, creds.Password, nil
+		gw.Broker, gw.ClientID, gw.Username, gw.Password, gw.TLS = creds.URL, creds.ClientID, creds.Username, creds.Password, mqtt.TLSConfig{}
 		side.broker, presence = b, b
 	}
 	g, err := mqtt.NewGateway(gw, a.Hub, presence, log.Named("gateway"))

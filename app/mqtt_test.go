@@ -19,7 +19,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/mqtt/mosquittotest"
@@ -38,8 +37,8 @@ func leakCheck(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
-// eventually waits until f returns nil; on timeout the failure shows f's
-// last error.
+// eventually polls f until it returns nil, failing with f's last error
+// if it never does.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, f()) }, mqttWait, 10*time.Millisecond, what)
@@ -209,10 +208,15 @@ func toolNames(d apiDevice) []string {
 	return n
 }
 
-// TestMQTTEmbeddedDiscoveryWithoutHello: a current-firmware board connects,
-// never subscribes and never says hello; the bridge still initializes it,
-// lists its tools and calls one, and the control API shows it exactly like
-// a WebSocket board.
+// The MQTT gateway's own behaviour (hello/goodbye, auth, isolation,
+// garbage, broker loss, liveness) is tested beside it in mqtt/. These tests
+// cover what app adds: flags and config, wiring the broker and gateway into
+// a running bridge, and one end-to-end smoke through the control API.
+
+// TestMQTTEmbeddedDiscoveryWithoutHello (the end-to-end smoke): a
+// current-firmware board connects, never subscribes and never says hello;
+// the bridge still initializes it, lists its tools and calls one, and the
+// control API shows it exactly like a WebSocket board.
 func TestMQTTEmbeddedDiscoveryWithoutHello(t *testing.T) {
 	leakCheck(t)
 	a := startBridge(t, nil)
@@ -252,260 +256,6 @@ func TestMQTTEmbeddedDiscoveryWithoutHello(t *testing.T) {
 	api.waitGone(b.MAC())
 }
 
-// TestMQTTEmbeddedHelloGoodbye: hello gets a server hello the board
-// accepts, audio is counted, a new hello replaces the session, and goodbye
-// works both ways under the session-id rule. MCP keeps working throughout.
-func TestMQTTEmbeddedHelloGoodbye(t *testing.T) {
-	leakCheck(t)
-	a := startBridge(t, nil)
-	api := apiOf(t, a)
-	gw := a.MQTTGateway()
-
-	b := newBoard(t, "02:00:00:00:02:01", "breadboard")
-	conn := connectMQTT(t, a, b, simulator.MQTTConfig{})
-	api.waitReady(b.MAC())
-	s, ok := a.Hub.Session(b.MAC())
-	require.True(t, ok)
-	gen := s.Info().Generation
-
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-	require.NoError(t, conn.OpenAudioChannel(ctx))
-	first := b.SessionID()
-	require.NotEmpty(t, first)
-	as, ok := gw.AudioSession(b.MAC())
-	require.True(t, ok)
-	assert.Equal(t, first, as.ID)
-
-	// Audio is accepted and counted, not played.
-	for range 3 {
-		require.NoError(t, conn.SendAudio([]byte("opus-frame")))
-	}
-	eventually(t, "audio counted", func() error {
-		if as, _ := gw.AudioSession(b.MAC()); as.Packets != 3 {
-			return fmt.Errorf("%d packets", as.Packets)
-		}
-		return nil
-	})
-
-	// A second hello replaces the audio session, not the device session.
-	require.NoError(t, conn.OpenAudioChannel(ctx))
-	second := b.SessionID()
-	require.NotEqual(t, first, second)
-	as, _ = gw.AudioSession(b.MAC())
-	assert.Equal(t, second, as.ID)
-	s2, _ := a.Hub.Session(b.MAC())
-	assert.Equal(t, gen, s2.Info().Generation, "a hello must not re-create the device session")
-
-	// A board goodbye for another session is ignored; the right one ends it.
-	require.NoError(t, conn.PublishRaw(ctx, "device-server", []byte(`{"session_id":"`+first+`","type":"goodbye"}`)))
-	code, body := api.call(b.MAC(), "self.lamp.get_state", nil) // a round trip orders us after the goodbye
-	require.Equal(t, http.StatusOK, code, body)
-	_, open := gw.AudioSession(b.MAC())
-	assert.True(t, open, "a stale goodbye must not close the current session")
-	require.NoError(t, conn.CloseAudioChannel())
-	eventually(t, "board goodbye honoured", func() error {
-		if _, open := gw.AudioSession(b.MAC()); open {
-			return errors.New("still open")
-		}
-		return nil
-	})
-	assert.EqualValues(t, 1, gw.Stats().GoodbyesIn)
-
-	// The bridge's goodbye carries the board's current session id, so the
-	// board closes its channel (and sends no goodbye back).
-	require.NoError(t, conn.OpenAudioChannel(ctx))
-	third := b.SessionID()
-	ended, err := gw.Goodbye(ctx, b.MAC())
-	require.NoError(t, err)
-	assert.Equal(t, third, ended)
-	eventually(t, "board closed its channel", func() error {
-		if conn.AudioChannelOpen() {
-			return errors.New("still open")
-		}
-		return nil
-	})
-	assert.EqualValues(t, 1, conn.Stats().GoodbyesIn)
-	assert.EqualValues(t, 1, conn.Stats().GoodbyesSent, "only the board's own goodbye from before")
-
-	// MCP is unaffected by all of this.
-	code, body = api.call(b.MAC(), "self.lamp.turn_off", nil)
-	require.Equal(t, http.StatusOK, code, body)
-	assert.Equal(t, false, b.State()["lamp.power"])
-}
-
-// TestMQTTEmbeddedMultiPageTools: a board whose catalogue needs several
-// tools/list pages is listed completely over MQTT.
-func TestMQTTEmbeddedMultiPageTools(t *testing.T) {
-	leakCheck(t)
-	a := startBridge(t, nil)
-	api := apiOf(t, a)
-	b := newBoard(t, "02:00:00:00:03:01", "catalog")
-	connectMQTT(t, a, b, simulator.MQTTConfig{})
-	d := api.waitReady(b.MAC())
-
-	var want []string
-	for _, tool := range b.Profile().Tools {
-		want = append(want, tool.Name)
-	}
-	assert.Equal(t, want, toolNames(d))
-	// initialize + at least three pages
-	assert.GreaterOrEqual(t, b.Stats().TextReceived, uint64(4))
-	code, body := api.call(b.MAC(), "self.get_device_status", nil)
-	require.Equal(t, http.StatusOK, code, body)
-}
-
-// TestMQTTEmbeddedAuth: static and HMAC credentials admit boards; wrong or
-// missing credentials and foreign client ids get a refused CONNACK.
-func TestMQTTEmbeddedAuth(t *testing.T) {
-	leakCheck(t)
-	const secret = "hmac-secret"
-	a := startBridge(t, func(c *Config) {
-		c.MQTT.Auth.Users = []broker.User{{Username: "board", Password: "s3cret"}}
-		c.MQTT.Auth.HMACSecret = secret
-	})
-	api := apiOf(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-	endpoint := "tcp://" + a.MQTTAddr().String()
-
-	static := newBoard(t, "02:00:00:00:04:01", "breadboard")
-	connectMQTT(t, a, static, simulator.MQTTConfig{Username: "board", Password: "s3cret"})
-	api.waitReady(static.MAC())
-
-	// The xinnan-style username is opaque to the broker; the HMAC binds it
-	// to the client id.
-	hm := newBoard(t, "02:00:00:00:04:02", "breadboard")
-	connectMQTT(t, a, hm, simulator.MQTTConfig{Username: "eyJpcCI6IjEwLjAuMC41In0=", HMACSecret: secret})
-	api.waitReady(hm.MAC())
-
-	for name, mc := range map[string]simulator.MQTTConfig{
-		"wrong password":     {Username: "board", Password: "nope"},
-		"wrong hmac secret":  {Username: "u", HMACSecret: "other-secret"},
-		"hmac of another id": {Username: "u", Password: mqtt.HMACPassword(secret, "GID_test@@@02_00_00_00_04_01", "u")},
-		"no credentials":     {},
-	} {
-		bad := newBoard(t, "02:00:00:00:04:09", "breadboard")
-		mc.Endpoint = endpoint
-		_, err := bad.ConnectMQTT(ctx, mc)
-		require.ErrorIs(t, err, simulator.ErrMQTTRefused, name)
-		assert.ErrorContains(t, err, "not Authorized", name)
-	}
-
-	odd := newBoard(t, "02:00:00:00:04:0a", "breadboard")
-	_, err := odd.ConnectMQTT(ctx, simulator.MQTTConfig{Endpoint: endpoint, ClientID: "some-random-client", Username: "board", Password: "s3cret"})
-	require.ErrorIs(t, err, simulator.ErrMQTTRefused)
-	assert.ErrorContains(t, err, "identifier rejected")
-
-	st := a.MQTTBroker().Stats()
-	assert.EqualValues(t, 4, st.RefusedAuth)
-	assert.EqualValues(t, 1, st.RefusedClientID)
-	_, listed := api.device("02:00:00:00:04:09")
-	assert.False(t, listed)
-}
-
-// TestMQTTEmbeddedIsolation: a board cannot publish as another board nor
-// read another board's traffic; publishes on the shared topic are
-// attributed to their real sender.
-func TestMQTTEmbeddedIsolation(t *testing.T) {
-	leakCheck(t)
-	a := startBridge(t, nil)
-	api := apiOf(t, a)
-	gw := a.MQTTGateway()
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-
-	victim := newBoard(t, "02:00:00:00:05:01", "breadboard")
-	connectMQTT(t, a, victim, simulator.MQTTConfig{})
-	attacker := newBoard(t, "02:00:00:00:05:02", "breadboard")
-	ac := connectMQTT(t, a, attacker, simulator.MQTTConfig{})
-	api.waitReady(victim.MAC())
-	api.waitReady(attacker.MAC())
-
-	hello := []byte(`{"type":"hello","version":3,"transport":"udp","features":{"mcp":true},"audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`)
-	fakeReply := []byte(`{"session_id":"","type":"mcp","payload":{"jsonrpc":"2.0","id":1,"result":{}}}`)
-	require.NoError(t, ac.PublishRaw(ctx, "devices/up/02_00_00_00_05_01", hello))
-	require.NoError(t, ac.PublishRaw(ctx, "devices/up/02_00_00_00_05_01", fakeReply))
-	require.NoError(t, ac.PublishRaw(ctx, "devices/p2p/02_00_00_00_05_01", fakeReply))
-	eventually(t, "impersonation denied", func() error {
-		if n := a.MQTTBroker().Stats().DeniedPublish; n != 3 {
-			return fmt.Errorf("%d denied", n)
-		}
-		return nil
-	})
-	for _, filter := range []string{"devices/p2p/02_00_00_00_05_01", "devices/up/#", "#", "device-server"} {
-		granted, err := ac.SubscribeRaw(ctx, filter)
-		require.NoError(t, err)
-		assert.False(t, granted, filter)
-	}
-
-	// The same hello on the shared topic is attributed to its sender.
-	require.NoError(t, ac.PublishRaw(ctx, "device-server", hello))
-	eventually(t, "attributed hello", func() error {
-		if ac.Stats().Hellos != 1 {
-			return errors.New("the sender got no server hello")
-		}
-		if _, ok := gw.AudioSession(attacker.MAC()); !ok {
-			return errors.New("no audio session for the sender")
-		}
-		return nil
-	})
-	_, victimAudio := gw.AudioSession(victim.MAC())
-	assert.False(t, victimAudio, "the victim never said hello")
-
-	// Traffic to the victim does not reach the attacker.
-	before := attacker.Stats().TextReceived
-	code, body := api.call(victim.MAC(), "self.get_device_status", nil)
-	require.Equal(t, http.StatusOK, code, body)
-	code, body = api.call(attacker.MAC(), "self.lamp.get_state", nil)
-	require.Equal(t, http.StatusOK, code, body)
-	assert.Equal(t, before+1, attacker.Stats().TextReceived, "attacker got its own call, nothing of the victim's")
-	assert.EqualValues(t, 1, gw.Stats().Hellos)
-}
-
-// TestMQTTEmbeddedGarbage: garbage, payloads without a type and oversized
-// payloads on uplink topics are logged and dropped; the board's session is
-// untouched.
-func TestMQTTEmbeddedGarbage(t *testing.T) {
-	leakCheck(t)
-	a := startBridge(t, nil)
-	api := apiOf(t, a)
-	gw := a.MQTTGateway()
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-
-	b := newBoard(t, "02:00:00:00:06:01", "breadboard")
-	conn := connectMQTT(t, a, b, simulator.MQTTConfig{})
-	api.waitReady(b.MAC())
-	s, _ := a.Hub.Session(b.MAC())
-	gen := s.Info().Generation
-
-	big := append([]byte(`{"type":"mcp","payload":{"x":"`), bytes.Repeat([]byte("a"), 100<<10)...)
-	big = append(big, []byte(`"}}`)...)
-	for _, p := range [][]byte{
-		[]byte("\x00\xffnot json at all"),
-		[]byte(`{"no":"type"}`),
-		[]byte(`[1,2,3]`),
-		[]byte(`{"type":"mcp","payload":"a string"}`),
-		big,
-	} {
-		require.NoError(t, conn.PublishRaw(ctx, "device-server", p))
-	}
-	require.NoError(t, conn.PublishRaw(ctx, "devices/up/02_00_00_00_06_01", []byte("{{{")))
-	eventually(t, "garbage dropped", func() error {
-		st := gw.Stats()
-		if st.Malformed != 5 || st.Oversized != 1 {
-			return fmt.Errorf("malformed %d oversized %d", st.Malformed, st.Oversized)
-		}
-		return nil
-	})
-	code, body := api.call(b.MAC(), "self.audio_speaker.set_volume", map[string]any{"volume": 7})
-	require.Equal(t, http.StatusOK, code, body)
-	s2, _ := a.Hub.Session(b.MAC())
-	assert.Equal(t, gen, s2.Info().Generation)
-	assert.Equal(t, "ready", s2.Info().State.String())
-}
-
 // externalBridge runs a bridge against an external broker, with timings
 // short enough for tests.
 func externalBridge(t testing.TB, brokerURL string, mutate func(*Config)) *App {
@@ -532,143 +282,6 @@ func legacyConfig(brokerURL, mac string) simulator.MQTTConfig {
 		SubscribeTopic:    "devices/p2p/" + key,
 		ReconnectInterval: 200 * time.Millisecond,
 	}
-}
-
-// TestMQTTMosquittoLegacyRoundTrip: a real Mosquitto between the bridge
-// and a legacy (subscribing) board. The board is found when it first
-// speaks, answers hello and MCP, and after the broker is killed and
-// restarted mid-call the pending call fails at once, the bridge reconnects
-// and the board's tools come back.
-func TestMQTTMosquittoLegacyRoundTrip(t *testing.T) {
-	leakCheck(t)
-	mq := mosquittotest.Start(t)
-	a := externalBridge(t, mq.URL(), nil)
-	api := apiOf(t, a)
-	gw := a.MQTTGateway()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*mqttWait)
-	defer cancel()
-
-	release := make(chan struct{})
-	b, err := simulator.NewBoard(simulator.Config{
-		MAC: "02:00:00:00:07:01", Profile: loadProfile(t, "breadboard"),
-		// In flight when the broker dies, until the test releases it so
-		// that the board (whose replies queue behind a running tool, as on
-		// the firmware) can answer the bridge's recovery.
-		Hold:   map[string]<-chan struct{}{"self.lamp.get_state": release},
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-	})
-	require.NoError(t, err)
-	conn, err := b.ConnectMQTT(ctx, legacyConfig(mq.URL(), b.MAC()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-
-	// Nothing announces the board on a plain broker; its first message does.
-	_, listed := api.device(b.MAC())
-	require.False(t, listed)
-	require.NoError(t, conn.OpenAudioChannel(ctx))
-	d := api.waitReady(b.MAC())
-	assert.Equal(t, "mqtt", d.Transport)
-	assert.Contains(t, toolNames(d), "self.lamp.turn_on")
-	code, body := api.call(b.MAC(), "self.lamp.turn_on", nil)
-	require.Equal(t, http.StatusOK, code, body)
-	assert.Equal(t, true, b.State()["lamp.power"])
-	require.NoError(t, conn.SendAudio([]byte("frame")))
-	eventually(t, "audio counted", func() error {
-		if n := gw.Stats().UDP.Packets; n != 1 {
-			return fmt.Errorf("%d packets", n)
-		}
-		return nil
-	})
-
-	// A call in flight when the broker dies fails promptly and says why.
-	type result struct {
-		code int
-		body string
-	}
-	res := make(chan result, 1)
-	go func() {
-		body, _ := json.Marshal(map[string]any{"name": "self.lamp.get_state"})
-		resp, err := http.Post(api.base+"/api/devices/"+b.MAC()+"/call", "application/json", bytes.NewReader(body))
-		if err != nil {
-			res <- result{body: err.Error()}
-			return
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		res <- result{resp.StatusCode, string(out)}
-	}()
-	eventually(t, "slow call reached the board", func() error {
-		if b.Stats().TextReceived < 5 { // server hello, initialize, tools/list, turn_on, get_state
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	mq.Kill()
-	r := <-res
-	assert.NotEqual(t, http.StatusOK, r.code, r.body)
-	// The board still holds the call, so the answer did not wait for the
-	// tool; and it is not the timeout's.
-	assert.Contains(t, r.body, "offline", "the error says the board went offline")
-	close(release)
-	api.waitGone(b.MAC())
-
-	mq.Restart()
-	d = api.waitReady(b.MAC())
-	assert.Contains(t, toolNames(d), "self.lamp.turn_on")
-	code, body = api.call(b.MAC(), "self.lamp.turn_off", nil)
-	require.Equal(t, http.StatusOK, code, body)
-	assert.Equal(t, false, b.State()["lamp.power"])
-	assert.GreaterOrEqual(t, gw.Stats().Connects, int64(2))
-	eventually(t, "recovery recorded", func() error {
-		if n := gw.Stats().Recovered; n != 1 {
-			return fmt.Errorf("recovered %d", n)
-		}
-		return nil
-	})
-}
-
-// TestMQTTMosquittoLiveness: with an external broker no disconnect event
-// exists; an idle board is probed (its error reply to the probe proves it
-// alive), and one that stops answering is marked offline after the
-// configured misses.
-func TestMQTTMosquittoLiveness(t *testing.T) {
-	leakCheck(t)
-	mq := mosquittotest.Start(t)
-	a := externalBridge(t, mq.URL(), func(c *Config) {
-		// Frequent probes, but a timeout a live board's answer through
-		// Mosquitto meets even on a loaded machine: "answers every probe"
-		// must not depend on a 300ms round trip. Two misses still take
-		// well under mqttWait once the board is gone.
-		c.MQTT.Liveness = mqtt.LivenessConfig{Interval: 200 * time.Millisecond, Timeout: 2 * time.Second, Misses: 2}
-	})
-	api := apiOf(t, a)
-	gw := a.MQTTGateway()
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-
-	b := newBoard(t, "02:00:00:00:08:01", "breadboard")
-	conn, err := b.ConnectMQTT(ctx, legacyConfig(mq.URL(), b.MAC()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	require.NoError(t, conn.OpenAudioChannel(ctx))
-	api.waitReady(b.MAC())
-
-	eventually(t, "idle board probed", func() error {
-		if st := gw.Stats(); st.Probes < 3 {
-			return fmt.Errorf("%d probes", st.Probes)
-		}
-		return nil
-	})
-	assert.Zero(t, gw.Stats().ProbeMisses, "a live board answers every probe")
-	_, listed := api.device(b.MAC())
-	assert.True(t, listed)
-
-	// The board vanishes; Mosquitto knows, the bridge is not told.
-	require.NoError(t, conn.Close())
-	api.waitGone(b.MAC())
-	st := gw.Stats()
-	assert.EqualValues(t, 1, st.Unresponsive)
-	assert.GreaterOrEqual(t, st.ProbeMisses, int64(2))
 }
 
 // BenchmarkCallRoundTrip measures one tool call, bridge → board → bridge,
@@ -698,7 +311,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 	ready := func(b *testing.B, a *App, mac string) {
 		require.Eventually(b, func() bool {
 			s, ok := a.Hub.Session(mac)
-			return ok && s.Info().State == device.StateReady
+			return ok && s.Info().State.String() == "ready"
 		}, mqttWait, 5*time.Millisecond, "%s not ready", mac)
 	}
 
@@ -767,23 +380,6 @@ func TestMQTTExternalBrokerDown(t *testing.T) {
 	assert.False(t, a.MQTTGateway().Connected())
 }
 
-// TestMQTTEmbeddedReboot: self.reboot never replies; the board leaving the
-// broker is the outcome, reported as success at once, not after a timeout.
-func TestMQTTEmbeddedReboot(t *testing.T) {
-	leakCheck(t)
-	a := startBridge(t, nil)
-	api := apiOf(t, a)
-	b, err := simulator.NewBoard(simulator.Config{MAC: "02:00:00:00:0a:01", Profile: loadProfile(t, "breadboard"),
-		RebootDelay: 50 * time.Millisecond, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
-	require.NoError(t, err)
-	connectMQTT(t, a, b, simulator.MQTTConfig{})
-	api.waitReady(b.MAC())
-	// A timeout would be an error (504); success is the disconnect.
-	code, body := api.call(b.MAC(), "self.reboot", nil)
-	assert.Equal(t, http.StatusOK, code, body)
-	api.waitGone(b.MAC())
-}
-
 func TestMQTTConfig(t *testing.T) {
 	base := Default()
 	require.NoError(t, base.Validate())
@@ -792,7 +388,7 @@ func TestMQTTConfig(t *testing.T) {
 	for name, mutate := range map[string]func(*MQTTConfig){
 		"bad broker scheme": func(c *MQTTConfig) { c.Broker = "http://x:1883" },
 		"bad listen":        func(c *MQTTConfig) { c.Listen = "1883" },
-		"bad topic":         func(c *MQTTConfig) { c.Topics.Uplink = "devices/up" },
+		"bad topic":         func(c *MQTTConfig) { c.GatewayConfig.Topics.Uplink = "devices/up" },
 		"nobody admitted":   func(c *MQTTConfig) { f := false; c.Auth.AllowAnonymous = &f },
 		"bad advertise":     func(c *MQTTConfig) { c.UDP.Advertise = "host:notaport" },
 		"missing ca file":   func(c *MQTTConfig) { c.TLS.CAFile = "/nonexistent/ca.pem" },
@@ -825,6 +421,72 @@ func TestMQTTConfig(t *testing.T) {
 	assert.Equal(t, "tcp://10.0.0.5:1883", cfg.MQTT.Broker)
 	assert.Equal(t, 30*time.Second, cfg.MQTT.Liveness.Interval)
 	assert.Equal(t, 5, cfg.MQTT.Liveness.Misses)
-	assert.NotNil(t, cfg.MQTT.Topics.Shared, "an explicit empty list is kept, not defaulted")
-	assert.Empty(t, cfg.MQTT.Topics.Shared)
+	assert.NotNil(t, cfg.MQTT.GatewayConfig.Topics.Shared, "an explicit empty list is kept, not defaulted")
+	assert.Empty(t, cfg.MQTT.GatewayConfig.Topics.Shared)
+}
+
+// TestMQTTConfigKeys: every key under mqtt: lands in the gateway's or the
+// embedded broker's own config (they are embedded, not copied), and the
+// broker is handed the gateway's topics.
+func TestMQTTConfigKeys(t *testing.T) {
+	path := t.TempDir() + "/bridge.yaml"
+	require.NoError(t, os.WriteFile(path, []byte(`mqtt:
+  listen: ":1884"
+  broker: ""
+  username: bridge
+  password: pw
+  client_id: bridge-1
+  tls: {ca_file: "", server_name: broker.lan}
+  topics: {uplink: "up/{mac}", downlink: "down/{mac}", shared: ["hub"]}
+  auth: {users: [{username: u, password: p}], hmac_secret: s, allow_any_client_id: true}
+  udp: {listen: ":9884", advertise: "10.0.0.9"}
+  liveness: {interval: 1m30s, timeout: 7s, misses: 4}
+  max_message_size: 1000
+  max_packet_size: 2000
+  client_writes_pending: 64
+  connect_packet_timeout: 5s
+  inbox_size: 8
+  keepalive: 20s
+  max_reconnect_interval: 3s
+  connect_timeout: 4s
+  write_timeout: 6s
+  recover_window: 2m
+  rediscover_interval: 9s
+`), 0o600))
+	cfg, err := ParseArgs("bridge", []string{"--config", path})
+	require.NoError(t, err)
+	gw, br := cfg.MQTT.gateway(), cfg.MQTT.embeddedBroker()
+	assert.Equal(t, mqtt.Config{
+		Username: "bridge", Password: "pw", ClientID: "bridge-1",
+		TLS:                  mqtt.TLSConfig{ServerName: "broker.lan"},
+		Topics:               mqtt.Topics{Uplink: "up/{mac}", Downlink: "down/{mac}", Shared: []string{"hub"}},
+		UDP:                  mqtt.UDPConfig{Listen: ":9884", Advertise: "10.0.0.9"},
+		Liveness:             mqtt.LivenessConfig{Interval: 90 * time.Second, Timeout: 7 * time.Second, Misses: 4},
+		MaxMessageSize:       1000,
+		InboxSize:            8,
+		KeepAlive:            20 * time.Second,
+		MaxReconnectInterval: 3 * time.Second,
+		ConnectTimeout:       4 * time.Second,
+		WriteTimeout:         6 * time.Second,
+		RecoverWindow:        2 * time.Minute,
+		RediscoverInterval:   9 * time.Second,
+	}, gw)
+	assert.Equal(t, broker.Config{
+		Listen: ":1884", Topics: gw.Topics,
+		Auth:          broker.AuthConfig{Users: []broker.User{{Username: "u", Password: "p"}}, HMACSecret: "s", AllowAnyClientID: true},
+		MaxPacketSize: 2000, ClientWritesPending: 64, ConnectPacketTimeout: 5 * time.Second,
+	}, br)
+
+	// The shipped file spells out the defaults.
+	shipped, err := ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})
+	require.NoError(t, err)
+	def := Default().MQTT
+	assert.Equal(t, def.gateway().Topics, shipped.MQTT.gateway().Topics)
+	assert.Equal(t, def.Liveness, shipped.MQTT.Liveness)
+	assert.Equal(t, def.UDP, shipped.MQTT.UDP)
+	assert.Equal(t, def.Listen, shipped.MQTT.Listen)
+	assert.Equal(t, def.MaxMessageSize, shipped.MQTT.MaxMessageSize)
+	assert.Equal(t, def.MaxPacketSize, shipped.MQTT.MaxPacketSize)
+	assert.Equal(t, def.KeepAlive, shipped.MQTT.KeepAlive)
+	assert.Equal(t, def.RecoverWindow, shipped.MQTT.RecoverWindow)
 }

@@ -43,6 +43,9 @@ type HubConfig struct {
 	Flapping FlapPolicy
 	// Observer, when set, is told about sessions and calls (for metrics).
 	Observer Observer
+	// MaxProbes bounds keepalive probes in flight across all sessions (see
+	// KeepaliveLink); 0 means DefaultMaxProbes.
+	MaxProbes int
 }
 
 // FlapPolicy: when a live session is replaced more than Limit times within
@@ -87,9 +90,11 @@ type Hub struct {
 	callSubs atomic.Int32
 	gen      uint64
 	closed   bool
-	wg       sync.WaitGroup // one per running session
+	wg       sync.WaitGroup // one per running session and per keepalive loop
 	// flaps tracks device ids whose live sessions keep being replaced.
 	flaps map[string]*flapState
+	// probes holds one token per keepalive probe in flight.
+	probes chan struct{}
 
 	// draining ends when Drain is called: calls in flight are answered
 	// with ErrShutdown and new ones refused.
@@ -117,11 +122,12 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 	cfg.Flapping.Limit = cmp.Or(cfg.Flapping.Limit, DefaultFlapLimit)
 	cfg.Flapping.Window = cmp.Or(cfg.Flapping.Window, DefaultFlapWindow)
 	cfg.Flapping.Backoff = cmp.Or(cfg.Flapping.Backoff, DefaultFlapBackoff)
+	cfg.MaxProbes = cmp.Or(max(cfg.MaxProbes, 0), DefaultMaxProbes)
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	h := &Hub{cfg: cfg, log: logger, sessions: map[string]*Session{}, subs: map[*Subscription]struct{}{},
-		flaps: map[string]*flapState{}}
+		flaps: map[string]*flapState{}, probes: make(chan struct{}, cfg.MaxProbes)}
 	h.draining, h.drain = context.WithCancelCause(context.Background())
 	return h
 }

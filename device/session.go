@@ -243,8 +243,12 @@ func (s *Session) run() {
 	defer s.hub.wg.Done()
 	s.log.Info("device connected", zap.String("remote", s.info.RemoteAddr), zap.Bool("mcp", s.info.HasMCP))
 	if s.info.HasMCP {
-		s.initialize()
+		stopKeepalive := func() {}
+		if s.initialize() {
+			stopKeepalive = s.startKeepalive()
+		}
 		<-s.link.Done()
+		stopKeepalive() // before finish: no probe outlives the session
 	} else {
 		s.discard()
 	}
@@ -266,7 +270,9 @@ func (s *Session) discard() {
 	}
 }
 
-func (s *Session) initialize() {
+// initialize runs initialize and tools/list, and reports whether the
+// session became ready.
+func (s *Session) initialize() bool {
 	cfg := s.hub.cfg
 	streamOpts := cfg.Stream
 	streamOpts.Logger = s.log
@@ -291,7 +297,7 @@ func (s *Session) initialize() {
 	if err != nil {
 		select {
 		case <-s.link.Done():
-			return // the board left; finish reports why
+			return false // the board left; finish reports why
 		default:
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -302,7 +308,7 @@ func (s *Session) initialize() {
 		s.mu.Unlock()
 		s.log.Warn("device initialization failed; closing its connection", zap.Error(err))
 		s.link.Close(fmt.Errorf("%w: %w", errInitFailed, err))
-		return
+		return false
 	}
 
 	s.mu.Lock()
@@ -317,6 +323,7 @@ func (s *Session) initialize() {
 		zap.String("firmware", res.ServerInfo.Version), zap.Int("tools", len(tools)),
 		zap.Duration("took", time.Since(start)))
 	s.hub.publishIfCurrent(s, EventOnline)
+	return true
 }
 
 func (s *Session) finish() {

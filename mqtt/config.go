@@ -119,38 +119,47 @@ func (c TLSConfig) Build() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Config configures a Gateway.
+// Config configures a Gateway. It carries its own yaml keys, so the
+// bridge's configuration embeds it (under "mqtt") instead of copying it
+// field by field; a new field is a change in this one place.
 type Config struct {
 	// Broker is the broker URL: tcp://host:port (mqtt://), ssl://, tls://,
 	// mqtts://, ws:// or wss://.
-	Broker string
+	Broker string `yaml:"broker"`
 	// ClientID is the bridge's own client id; empty generates
 	// "devicebridge-<random>" so two bridges never take over each other.
-	ClientID string
-	Username string
-	Password string
-	TLS      *tls.Config
+	ClientID string `yaml:"client_id"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// TLS secures the connection to the broker (ssl://, tls://, mqtts://,
+	// wss://); built when the gateway is created.
+	TLS TLSConfig `yaml:"tls"`
 
-	Topics Topics
+	Topics Topics `yaml:"topics"`
 
-	KeepAlive            time.Duration
-	ConnectTimeout       time.Duration
-	WriteTimeout         time.Duration
-	MaxReconnectInterval time.Duration
+	// KeepAlive is the bridge's own keep-alive towards the broker.
+	KeepAlive time.Duration `yaml:"keepalive"`
+	// ConnectTimeout bounds one connection attempt, and how long start-up
+	// waits for an external broker before carrying on without it.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	WriteTimeout   time.Duration `yaml:"write_timeout"`
+	// MaxReconnectInterval caps the reconnect back-off.
+	MaxReconnectInterval time.Duration `yaml:"max_reconnect_interval"`
 
 	// MaxMessageSize bounds one uplink payload; larger ones are dropped.
-	MaxMessageSize int
+	MaxMessageSize int `yaml:"max_message_size"`
 	// InboxSize bounds each board's unprocessed uplink messages.
-	InboxSize int
+	InboxSize int `yaml:"inbox_size"`
 
-	UDP      UDPConfig
-	Liveness LivenessConfig
+	UDP      UDPConfig      `yaml:"udp"`
+	Liveness LivenessConfig `yaml:"liveness"`
 	// RecoverWindow: after the broker connection returns, boards that were
-	// online are re-initialized (with back-off) for this long.
-	RecoverWindow time.Duration
+	// online are re-initialized (with back-off) for this long (external
+	// broker).
+	RecoverWindow time.Duration `yaml:"recover_window"`
 	// RediscoverInterval limits re-initialization of a board that spoke
 	// after a failed initialization.
-	RediscoverInterval time.Duration
+	RediscoverInterval time.Duration `yaml:"rediscover_interval"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -218,13 +227,19 @@ func (c Config) Validate() error {
 	if c.Broker == "" {
 		errs = append(errs, errors.New("mqtt: no broker URL"))
 	} else if err := ValidateBrokerURL(c.Broker); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("mqtt.broker: %w", err))
 	}
 	if err := c.Topics.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.UDP.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.MaxMessageSize < 0 {
+		errs = append(errs, errors.New("mqtt.max_message_size must not be negative"))
+	}
+	if c.Liveness.Misses < 0 {
+		errs = append(errs, errors.New("mqtt.liveness.misses must not be negative"))
 	}
 	return errors.Join(errs...)
 }

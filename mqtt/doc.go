@@ -38,7 +38,8 @@
 // inbox and its own goroutine. When the broker connection drops, every
 // board's link closes at once (pending calls fail instead of hanging);
 // after the reconnect the gateway re-subscribes and re-initializes the
-// boards it lost. Without a presence source, idle boards are probed with a
+// boards it lost. Without a presence source, links opt in to the device
+// Session's keepalive (device.KeepaliveLink): idle boards are probed with a
 // request they answer with an error, and marked offline after several
 // unanswered probes.
 package mqtt

@@ -1,13 +1,16 @@
 package mqtt
 
+// This file holds the gateway's lifecycle and wiring: construction,
+// Start/Close, paho's connection callbacks, and the board links it owns.
+
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,21 +39,14 @@ var (
 	// ErrBoardReconnected: the board opened a new MQTT connection; the
 	// session on the old one ends.
 	ErrBoardReconnected = errors.New("board reconnected to the MQTT broker")
-	// ErrUnresponsive: the board stopped answering liveness probes.
-	ErrUnresponsive = errors.New("board stopped answering liveness probes")
+	// ErrUnresponsive: the board stopped answering liveness probes. The
+	// device Session probes and closes; this is its sentinel.
+	ErrUnresponsive = device.ErrUnresponsive
 	// ErrNoAudioSession: the board has no open audio session to end.
 	ErrNoAudioSession = errors.New("board has no open audio session")
 	// ErrGatewayClosed: the gateway is shutting down or was never started.
 	ErrGatewayClosed = errors.New("mqtt gateway closed")
 )
-
-// probeMethod is what liveness probes send. Boards implement no ping and
-// answer any unknown method with an error reply, which proves them alive
-// as well as a result would, and costs the board nothing.
-const probeMethod = "ping"
-
-// maxConcurrentProbes bounds liveness probes in flight across all boards.
-const maxConcurrentProbes = 16
 
 // Board is one board connection as a presence source reports it.
 type Board struct {
@@ -72,7 +68,8 @@ type Board struct {
 
 // Presence is a source of truth about which boards are connected right
 // now: the embedded broker implements it. Without one the gateway learns of
-// a board when it first publishes, and probes idle boards for liveness.
+// a board when it first publishes, and its links ask the device Session to
+// probe idle boards for liveness (see device.KeepaliveLink).
 type Presence interface {
 	// Boards lists the connected boards.
 	Boards() []Board
@@ -83,34 +80,6 @@ type Presence interface {
 	Changed() <-chan struct{}
 }
 
-// Stats are the gateway's counters since it started.
-type Stats struct {
-	Connected bool
-	// Connects counts successful broker connections (1 + reconnects).
-	Connects int64
-	Links    int
-	// MessagesIn counts uplink messages accepted; MessagesOut downlink
-	// publishes completed.
-	MessagesIn, MessagesOut int64
-	// Dropped uplink messages, by reason.
-	Oversized, Malformed, InboxFull, UnknownTopic, Unattributed int64
-	// Other counts valid non-MCP messages (listen, abort, ...).
-	Other                             int64
-	Hellos, BadHellos                 int64
-	GoodbyesIn, GoodbyesOut           int64
-	Probes, ProbeMisses, Unresponsive int64
-	Discovered, Recovered, Reconciled int64
-	UDP                               UDPStats
-}
-
-type counters struct {
-	connects, in, out                                        atomic.Int64
-	oversized, malformed, inboxFull, unknownTopic, unattrib  atomic.Int64
-	other, hellos, badHellos, goodbyesIn, goodbyesOut        atomic.Int64
-	probes, probeMisses, unresponsive, discovered, recovered atomic.Int64
-	reconciled                                               atomic.Int64
-}
-
 // AudioSession describes a board's open audio session.
 type AudioSession struct {
 	ID      string
@@ -119,19 +88,14 @@ type AudioSession struct {
 	Bytes   int64
 }
 
-// discovery is an uplink message from a board without a live link.
-type discovery struct {
-	deviceID, key string
-	payload       []byte
-}
-
 // Gateway connects the bridge to an MQTT broker with paho and turns each
 // board's topics into a device.Link attached to the Hub. The same code runs
 // against the embedded broker and an external one.
 //
 // Goroutines: paho's own; the supervisor (connection changes, presence,
-// discovery, liveness, recovery); the UDP reader; one per board link; and
-// liveness probes (bounded). Close waits for all of them.
+// discovery, recovery); the UDP reader; and one per board link. Close
+// waits for all of them. Liveness probes belong to each board's device
+// Session, which the Hub waits for.
 type Gateway struct {
 	cfg      Config
 	hub      *device.Hub
@@ -140,7 +104,8 @@ type Gateway struct {
 	up, down Template
 	client   paho.Client
 	udp      *udpServer
-	defHost  string // UDP host advertised when the board gives no hint
+	tls      *tls.Config // built from cfg.TLS; nil for plain connections
+	defHost  string      // UDP host advertised when the board gives no hint
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -154,7 +119,6 @@ type Gateway struct {
 	wake     chan struct{}
 	ready    chan struct{}
 	readyMu  sync.Once
-	probes   chan struct{}
 
 	connects, losses atomic.Int64 // bumped by paho's handlers
 	failing          atomic.Bool  // a connect attempt failed since the last success
@@ -171,11 +135,6 @@ type Gateway struct {
 	recoverUntil  time.Time
 }
 
-type recovery struct {
-	next    time.Time
-	backoff time.Duration
-}
-
 // NewGateway prepares a gateway; nothing connects until Start. presence
 // may be nil (external broker).
 func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logger) (*Gateway, error) {
@@ -186,6 +145,10 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	tlsCfg, err := cfg.TLS.Build()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ClientID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -193,6 +156,7 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 	}
 	g := &Gateway{
 		cfg:           cfg,
+		tls:           tlsCfg,
 		hub:           hub,
 		presence:      presence,
 		log:           logger,
@@ -202,7 +166,6 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		discover:      make(chan discovery, DefaultDiscoveryQueue),
 		wake:          make(chan struct{}, 1),
 		ready:         make(chan struct{}),
-		probes:        make(chan struct{}, maxConcurrentProbes),
 		attemptedGen:  map[string]uint64{},
 		lastDiscovery: map[string]time.Time{},
 		recovering:    map[string]*recovery{},
@@ -248,8 +211,8 @@ func (g *Gateway) Start() error {
 		SetOnConnectHandler(g.onConnect).
 		SetConnectionLostHandler(g.onConnectionLost).
 		SetConnectionNotificationHandler(g.onNotification)
-	if g.cfg.TLS != nil {
-		opts.SetTLSConfig(g.cfg.TLS)
+	if g.tls != nil {
+		opts.SetTLSConfig(g.tls)
 	}
 	g.client = paho.NewClient(opts)
 
@@ -302,7 +265,7 @@ func (g *Gateway) Close() {
 	}
 	g.mu.Unlock()
 	for _, l := range list {
-		l.Close(device.ErrShutdown)
+		l.Close(device.Closing(device.CauseShutdown, device.ErrShutdown))
 	}
 	// Links finish (and send their goodbyes) before the connection goes.
 	for _, l := range list {
@@ -336,28 +299,6 @@ func (g *Gateway) AudioSession(deviceID string) (AudioSession, bool) {
 		return AudioSession{}, false
 	}
 	return l.audioInfo()
-}
-
-// Stats returns the gateway's counters.
-func (g *Gateway) Stats() Stats {
-	g.mu.Lock()
-	n := len(g.links)
-	g.mu.Unlock()
-	s := &g.stats
-	st := Stats{
-		Connected: g.Connected(), Connects: s.connects.Load(), Links: n,
-		MessagesIn: s.in.Load(), MessagesOut: s.out.Load(),
-		Oversized: s.oversized.Load(), Malformed: s.malformed.Load(), InboxFull: s.inboxFull.Load(),
-		UnknownTopic: s.unknownTopic.Load(), Unattributed: s.unattrib.Load(), Other: s.other.Load(),
-		Hellos: s.hellos.Load(), BadHellos: s.badHellos.Load(),
-		GoodbyesIn: s.goodbyesIn.Load(), GoodbyesOut: s.goodbyesOut.Load(),
-		Probes: s.probes.Load(), ProbeMisses: s.probeMisses.Load(), Unresponsive: s.unresponsive.Load(),
-		Discovered: s.discovered.Load(), Recovered: s.recovered.Load(), Reconciled: s.reconciled.Load(),
-	}
-	if g.udp != nil {
-		st.UDP = g.udp.stats()
-	}
-	return st
 }
 
 // ---- paho callbacks: they only record and signal, never block ----
@@ -400,48 +341,13 @@ func (g *Gateway) signal() {
 	}
 }
 
-// onMessage receives every uplink publish. It runs on paho's router
-// goroutine, so it does bounded work and hands the payload on.
-func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
-	key, ok := g.up.Key(m.Topic())
-	if !ok {
-		g.stats.unknownTopic.Add(1)
-		return
-	}
-	id, ok := DeviceIDFromKey(key)
-	if !ok {
-		g.stats.unknownTopic.Add(1)
-		if ce := g.log.Check(zap.WarnLevel, "dropped uplink message on a topic that names no device"); ce != nil {
-			ce.Write(zap.String("topic", m.Topic()))
-		}
-		return
-	}
-	payload := m.Payload()
-	if len(payload) > g.cfg.MaxMessageSize {
-		g.stats.oversized.Add(1)
-		g.log.Warn("dropped oversized uplink message", zap.String("device_id", id), zap.String("transport", TransportName),
-			zap.Int("bytes", len(payload)), zap.Int("limit", g.cfg.MaxMessageSize))
-		return
-	}
-	g.stats.in.Add(1)
-	if l := g.lookup(id); l != nil && l.deliver(payload) {
-		return
-	}
-	select {
-	case g.discover <- discovery{deviceID: id, key: TopicKey(id), payload: payload}:
-	default:
-		g.stats.unattrib.Add(1)
-		g.log.Warn("discovery queue full; dropped a message from an unknown board", zap.String("device_id", id))
-	}
-}
-
 // ---- links ----
 
 func (g *Gateway) lookup(deviceID string) *link {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.links[deviceID]
-	if l == nil || l.closed() {
+	if l == nil || l.Closed() {
 		return nil
 	}
 	return l
@@ -474,7 +380,7 @@ func (g *Gateway) attach(b Board, why string) *link {
 	g.mu.Unlock()
 	go l.run()
 	if old != nil {
-		old.Close(ErrBoardReconnected)
+		old.Close(device.Closing(device.CauseReplaced, ErrBoardReconnected))
 	}
 	id := device.Identity{
 		DeviceID:   b.DeviceID,
@@ -495,394 +401,13 @@ func (g *Gateway) attach(b Board, why string) *link {
 	return l
 }
 
-// ---- supervisor ----
-
-func (g *Gateway) supervise() {
-	tick := time.NewTicker(g.tickInterval())
-	defer tick.Stop()
-	var presenceC <-chan struct{}
-	if g.presence != nil {
-		presenceC = g.presence.Changed()
+// keepalive is the liveness policy handed to every link's Session. With a
+// presence source the broker reports disconnects itself, so nothing is
+// probed; a negative interval turns probing off.
+func (g *Gateway) keepalive() device.KeepalivePolicy {
+	lv := g.cfg.Liveness
+	if g.presence != nil || lv.Interval <= 0 {
+		return device.KeepalivePolicy{}
 	}
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-g.wake:
-			g.syncConnection()
-		case <-presenceC:
-			if g.subscribed {
-				g.reconcile(false)
-			}
-		case d := <-g.discover:
-			g.handleDiscovery(d)
-		case <-tick.C:
-			g.syncConnection()
-			g.housekeeping()
-		}
-	}
-}
-
-// tickInterval paces housekeeping: liveness and recovery need no finer
-// resolution than a fraction of their own intervals.
-func (g *Gateway) tickInterval() time.Duration {
-	t := time.Second
-	if iv := g.cfg.Liveness.Interval; iv > 0 && iv/4 < t {
-		t = iv / 4
-	}
-	if m := g.cfg.MaxReconnectInterval / 2; m < t {
-		t = m
-	}
-	return max(t, 20*time.Millisecond)
-}
-
-// syncConnection reacts to connection changes. paho calls its handlers on
-// fresh goroutines, so a loss can be reported after the reconnect it
-// caused; counting both and comparing keeps the outcome right either way.
-func (g *Gateway) syncConnection() {
-	if n := g.losses.Load(); n != g.handledLosses {
-		g.handledLosses = n
-		g.subscribed = false
-		g.dropAllLinks()
-	}
-	connects := g.connects.Load()
-	if (g.subscribed && connects == g.subscribedAt) || !g.client.IsConnectionOpen() {
-		return
-	}
-	tok := g.client.Subscribe(g.up.Filter(), 0, g.onMessage)
-	if !tok.WaitTimeout(g.cfg.WriteTimeout) || tok.Error() != nil {
-		g.log.Warn("subscribing to the uplink topics failed; will retry", zap.String("filter", g.up.Filter()), zap.Error(tok.Error()))
-		return
-	}
-	first := g.subscribedAt == 0
-	g.subscribed, g.subscribedAt = true, connects
-	g.readyMu.Do(func() { close(g.ready) })
-	if first {
-		g.log.Info("connected to the MQTT broker", zap.String("broker", redactURL(g.cfg.Broker)), zap.String("subscribed", g.up.Filter()))
-	} else {
-		g.log.Info("reconnected to the MQTT broker; recovering boards", zap.String("broker", redactURL(g.cfg.Broker)),
-			zap.Int("boards", len(g.recovering)))
-	}
-	if g.presence != nil {
-		g.recovering = map[string]*recovery{}
-		g.reconcile(true)
-		return
-	}
-	g.recoverUntil = time.Now().Add(g.cfg.RecoverWindow)
-	for _, r := range g.recovering {
-		r.next, r.backoff = time.Time{}, 0
-	}
-	g.runRecovery()
-}
-
-// dropAllLinks closes every link because the broker connection is gone,
-// remembering which boards to bring back.
-func (g *Gateway) dropAllLinks() {
-	g.mu.Lock()
-	list := make([]*link, 0, len(g.links))
-	for _, l := range g.links {
-		list = append(list, l)
-	}
-	g.mu.Unlock()
-	for _, l := range list {
-		if l.closed() {
-			continue
-		}
-		g.recovering[l.board.DeviceID] = &recovery{}
-		l.Close(ErrBrokerConnectionLost)
-	}
-}
-
-// reconcile makes the links match the presence source: a link for every
-// connected board (one attempt per connection, unless forced), none for a
-// board that left.
-func (g *Gateway) reconcile(force bool) {
-	boards := g.presence.Boards()
-	present := make(map[string]bool, len(boards))
-	for _, b := range boards {
-		present[b.DeviceID] = true
-		l := g.lookup(b.DeviceID)
-		if l != nil && l.board.Gen == b.Gen {
-			continue
-		}
-		if !force && l == nil && g.attemptedGen[b.DeviceID] == b.Gen {
-			continue // tried this connection already; it failed to initialize
-		}
-		g.attemptedGen[b.DeviceID] = b.Gen
-		g.stats.reconciled.Add(1)
-		g.attach(b, "connected to the broker")
-	}
-	for id := range g.attemptedGen {
-		if !present[id] {
-			delete(g.attemptedGen, id)
-		}
-	}
-	g.mu.Lock()
-	var gone []*link
-	for id, l := range g.links {
-		if !present[id] {
-			gone = append(gone, l)
-		}
-	}
-	g.mu.Unlock()
-	for _, l := range gone {
-		l.Close(ErrBoardDisconnected)
-	}
-}
-
-func (g *Gateway) handleDiscovery(d discovery) {
-	if l := g.lookup(d.deviceID); l != nil && l.deliver(d.payload) {
-		return
-	}
-	if !g.subscribed {
-		return // the broker connection is being rebuilt; recovery takes over
-	}
-	b := Board{DeviceID: d.deviceID, Key: d.key}
-	if g.presence != nil {
-		pb, ok := g.presence.Board(d.deviceID)
-		if !ok {
-			g.stats.unattrib.Add(1)
-			g.log.Debug("dropped a message from a board the broker does not list", zap.String("device_id", d.deviceID))
-			return
-		}
-		b = pb
-	}
-	now := time.Now()
-	if t, ok := g.lastDiscovery[d.deviceID]; ok && now.Sub(t) < g.cfg.RediscoverInterval {
-		g.stats.unattrib.Add(1)
-		return // it failed to initialize moments ago; do not hammer it
-	}
-	g.lastDiscovery[d.deviceID] = now
-	g.pruneDiscoveries(now)
-	g.stats.discovered.Add(1)
-	if g.presence != nil {
-		g.attemptedGen[b.DeviceID] = b.Gen
-	}
-	if l := g.attach(b, "first heard from"); l != nil {
-		l.deliver(d.payload)
-	}
-}
-
-func (g *Gateway) pruneDiscoveries(now time.Time) {
-	if len(g.lastDiscovery) < 1024 {
-		return
-	}
-	for id, t := range g.lastDiscovery {
-		if now.Sub(t) >= g.cfg.RediscoverInterval {
-			delete(g.lastDiscovery, id)
-		}
-	}
-}
-
-func (g *Gateway) housekeeping() {
-	if !g.subscribed {
-		return
-	}
-	if g.presence == nil {
-		g.runRecovery()
-		if g.cfg.Liveness.Interval > 0 {
-			g.probeIdle()
-		}
-	}
-}
-
-// runRecovery re-initializes boards that were online when the broker
-// connection dropped. With an external broker nothing announces them when
-// they come back, and a current-firmware board does not publish until a
-// conversation starts, so the bridge reaches out, with back-off, for
-// RecoverWindow.
-func (g *Gateway) runRecovery() {
-	if len(g.recovering) == 0 {
-		return
-	}
-	now := time.Now()
-	if now.After(g.recoverUntil) {
-		for id := range g.recovering {
-			g.log.Warn("gave up recovering a board after the broker reconnect; it returns when it next publishes",
-				zap.String("device_id", id), zap.Duration("window", g.cfg.RecoverWindow))
-		}
-		g.recovering = map[string]*recovery{}
-		return
-	}
-	for id, r := range g.recovering {
-		if l := g.lookup(id); l != nil {
-			if l.ready() {
-				delete(g.recovering, id)
-				g.stats.recovered.Add(1)
-				l.log.Info("board recovered after the broker reconnect")
-			}
-			continue
-		}
-		if now.Before(r.next) {
-			continue
-		}
-		r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
-		r.next = now.Add(r.backoff)
-		g.attach(Board{DeviceID: id, Key: TopicKey(id)}, "recovering after reconnect")
-	}
-}
-
-// probeIdle starts a probe for every ready board silent for Interval.
-func (g *Gateway) probeIdle() {
-	idle := time.Now().Add(-g.cfg.Liveness.Interval).UnixNano()
-	g.mu.Lock()
-	var due []*link
-	for _, l := range g.links {
-		if !l.closed() && l.lastHeard.Load() < idle && !l.probing.Load() {
-			due = append(due, l)
-		}
-	}
-	g.mu.Unlock()
-	for _, l := range due {
-		if !l.ready() {
-			continue // initializing: its own timeouts decide
-		}
-		select {
-		case g.probes <- struct{}{}:
-		default:
-			return // enough in flight; the rest wait for the next tick
-		}
-		l.probing.Store(true)
-		g.wg.Add(1)
-		go g.probe(l)
-	}
-}
-
-// probe sends one cheap request. Any reply, error replies included, proves
-// the board alive; only a request the board never answered counts as a
-// miss. Waiting for a turn behind a long tool call is not a miss.
-func (g *Gateway) probe(l *link) {
-	defer g.wg.Done()
-	defer func() { <-g.probes; l.probing.Store(false) }()
-	g.stats.probes.Add(1)
-	ctx, cancel := context.WithTimeout(g.ctx, max(g.cfg.Liveness.Interval, 2*g.cfg.Liveness.Timeout))
-	defer cancel()
-	s := l.session.Load()
-	if s == nil {
-		return
-	}
-	_, err := s.Call(ctx, probeMethod, nil, g.cfg.Liveness.Timeout)
-	var de *device.DeviceError
-	switch {
-	case err == nil || errors.As(err, &de):
-		l.misses.Store(0)
-	case errors.Is(err, device.ErrTimeout):
-		g.stats.probeMisses.Add(1)
-		n := l.misses.Add(1)
-		l.log.Info("board missed a liveness probe", zap.Int32("misses", n), zap.Int("limit", g.cfg.Liveness.Misses))
-		if int(n) >= g.cfg.Liveness.Misses {
-			g.stats.unresponsive.Add(1)
-			l.Close(ErrUnresponsive)
-		}
-	default:
-		l.log.Debug("liveness probe without verdict", zap.Error(err))
-	}
-}
-
-// ---- publishing and addresses ----
-
-// publish sends one QoS 0 message (what boards expect) and waits until
-// paho has written it, or ctx ends.
-func (g *Gateway) publish(ctx context.Context, topic string, msg []byte) error {
-	// While paho reconnects it reports QoS 0 publishes as done without
-	// sending them; refuse instead, so callers learn the truth.
-	if !g.client.IsConnectionOpen() {
-		return ErrBrokerUnavailable
-	}
-	tok := g.client.Publish(topic, 0, false, msg)
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			return fmt.Errorf("mqtt publish: %w", err)
-		}
-		g.stats.out.Add(1)
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("mqtt publish: %w", ctx.Err())
-	}
-}
-
-// advertiseHost picks the UDP host handed to one board: the configured
-// one; else the address the UDP socket is bound to, if it is a specific
-// one; else the address the board reached the broker on (by construction
-// one it can reach); else the gateway-wide default. Boards only resolve
-// IPv4.
-func (g *Gateway) advertiseHost(b Board) string {
-	if g.cfg.UDP.Advertise != "" {
-		h, _, _ := splitAdvertise(g.cfg.UDP.Advertise)
-		return h
-	}
-	if ip := boundIPv4(g.udp.conn.LocalAddr()); ip != "" {
-		return ip
-	}
-	if host, _, err := net.SplitHostPort(b.LocalAddr); err == nil {
-		if ip := net.ParseIP(host); ip != nil && ip.To4() != nil && !ip.IsUnspecified() {
-			return ip.To4().String()
-		}
-	}
-	return g.defHost
-}
-
-// boundIPv4 is the socket's IPv4 address unless it is bound to all
-// interfaces.
-func boundIPv4(a net.Addr) string {
-	ua, ok := a.(*net.UDPAddr)
-	if !ok || ua.IP == nil || ua.IP.IsUnspecified() || ua.IP.To4() == nil {
-		return ""
-	}
-	return ua.IP.To4().String()
-}
-
-// defaultAdvertiseHost is the UDP host for boards the gateway knows nothing
-// about: the local IPv4 address that routes towards the broker (boards
-// reach the broker, so they are likely to reach this host too).
-func (g *Gateway) defaultAdvertiseHost() string {
-	if g.cfg.UDP.Advertise != "" {
-		h, _, _ := splitAdvertise(g.cfg.UDP.Advertise)
-		return h
-	}
-	if ip := boundIPv4(g.udp.conn.LocalAddr()); ip != "" {
-		return ip
-	}
-	if u, err := url.Parse(g.cfg.Broker); err == nil && u.Hostname() != "" {
-		port := u.Port()
-		if port == "" {
-			port = "1883"
-		}
-		// Connecting a UDP socket sends nothing; it only asks the kernel
-		// which local address it would use.
-		if c, err := net.Dial("udp4", net.JoinHostPort(u.Hostname(), port)); err == nil {
-			defer c.Close()
-			if ua, ok := c.LocalAddr().(*net.UDPAddr); ok && ua.IP.To4() != nil {
-				return ua.IP.To4().String()
-			}
-		}
-	}
-	return "127.0.0.1"
-}
-
-// udpAdvertisePort is the port handed to boards.
-func (g *Gateway) udpAdvertisePort() int {
-	if g.cfg.UDP.Advertise != "" {
-		if _, p, _ := splitAdvertise(g.cfg.UDP.Advertise); p > 0 {
-			return p
-		}
-	}
-	return g.udp.port()
-}
-
-// redactURL drops credentials from a broker URL before it is logged.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
-}
-
-// newSessionID returns 128 random bits as 32 hex digits.
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return device.KeepalivePolicy{Interval: lv.Interval, Timeout: lv.Timeout, Misses: lv.Misses, OnProbe: g.countProbe}
 }

@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,9 +25,12 @@ const goodbyeTimeout = 2 * time.Second
 // Uplink messages arrive from paho's callback into inbox (never blocking:
 // a full inbox drops and counts). The link's own goroutine (run) decodes
 // them, answers hello and goodbye, and hands MCP messages to the session
-// through recv. Downlink messages are published straight through paho,
-// whose client has a single writer of its own.
+// through the LinkBase queue. Downlink messages are published straight
+// through paho, whose client has a single writer of its own.
 type link struct {
+	// LinkBase gives Receive, Close, Done and Err; run feeds it.
+	*device.LinkBase
+
 	g        *Gateway
 	board    Board
 	topic    string // downlink topic
@@ -40,25 +42,19 @@ type link struct {
 	sid atomic.Pointer[string] // session id stamped on outgoing messages
 
 	inbox chan []byte
-	recv  chan []byte
-	done  chan struct{} // closed by Close
 	gone  chan struct{} // closed once run has finished and left the gateway
-
-	closeOnce sync.Once
-	reasonMu  sync.Mutex
-	reason    error
 
 	audioMu sync.Mutex
 	audio   *audioSession
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last uplink message
-	misses    atomic.Int32 // liveness probes unanswered in a row
-	probing   atomic.Bool
 
 	dropped atomic.Int64
 }
 
-var _ device.Link = (*link)(nil)
+// MQTT links opt in to the Session's keepalive: through an external broker
+// nothing tells the bridge that a board went away.
+var _ device.KeepaliveLink = (*link)(nil)
 
 func newLink(g *Gateway, b Board, advHost string) *link {
 	l := &link{
@@ -68,9 +64,8 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		advHost:  advHost,
 		log:      g.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
 		attached: time.Now(),
+		LinkBase: device.NewLinkBase(recvQueue),
 		inbox:    make(chan []byte, g.cfg.InboxSize),
-		recv:     make(chan []byte, recvQueue),
-		done:     make(chan struct{}),
 		gone:     make(chan struct{}),
 	}
 	empty := ""
@@ -85,54 +80,17 @@ func (l *link) SessionID() string { return *l.sid.Load() }
 
 // Send publishes one message on the board's downlink topic.
 func (l *link) Send(ctx context.Context, msg []byte) error {
-	select {
-	case <-l.done:
-		return l.closedErr()
-	default:
+	if l.Closed() {
+		return l.ClosedErr()
 	}
 	return l.g.publish(ctx, l.topic, msg)
 }
 
-// Receive returns the next MCP message from the board.
-func (l *link) Receive(ctx context.Context) ([]byte, error) {
-	select {
-	case m := <-l.recv:
-		return m, nil
-	case <-l.done:
-		return nil, l.closedErr()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+// Keepalive is the gateway's liveness policy (none with a presence source).
+func (l *link) Keepalive() device.KeepalivePolicy { return l.g.keepalive() }
 
-func (l *link) Close(reason error) {
-	l.closeOnce.Do(func() {
-		if reason == nil {
-			reason = device.ErrLinkClosed
-		}
-		l.reasonMu.Lock()
-		l.reason = reason
-		l.reasonMu.Unlock()
-		close(l.done)
-	})
-}
-
-func (l *link) Done() <-chan struct{} { return l.done }
-
-func (l *link) Err() error {
-	l.reasonMu.Lock()
-	defer l.reasonMu.Unlock()
-	return l.reason
-}
-
-func (l *link) closed() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+// LastHeard is when the board last published anything, MCP or not.
+func (l *link) LastHeard() time.Time { return time.Unix(0, l.lastHeard.Load()) }
 
 // finished is closed once the link's goroutine has wound everything up.
 func (l *link) finished() <-chan struct{} { return l.gone }
@@ -145,29 +103,6 @@ func (l *link) ready() bool {
 	return s != nil && s.Info().State == device.StateReady
 }
 
-func (l *link) closedErr() error { return fmt.Errorf("%w: %v", device.ErrLinkClosed, l.Err()) }
-
-// deliver hands one uplink payload to the link without blocking. It
-// reports false when the link is already closed, so the caller can find the
-// board a new one.
-func (l *link) deliver(p []byte) bool {
-	if l.closed() {
-		return false
-	}
-	l.lastHeard.Store(time.Now().UnixNano())
-	l.misses.Store(0)
-	select {
-	case l.inbox <- p:
-	default:
-		l.dropped.Add(1)
-		l.g.stats.inboxFull.Add(1)
-		if ce := l.log.Check(zap.WarnLevel, "board inbox full; dropped an uplink message"); ce != nil {
-			ce.Write(zap.Int("bytes", len(p)), zap.Int("inbox", cap(l.inbox)))
-		}
-	}
-	return true
-}
-
 // run is the link's only consumer of inbox. The gateway waits for it.
 func (l *link) run() {
 	defer l.g.wg.Done()
@@ -176,98 +111,10 @@ func (l *link) run() {
 		select {
 		case msg := <-l.inbox:
 			l.handle(msg)
-		case <-l.done:
+		case <-l.Done():
 			return
 		}
 	}
-}
-
-func (l *link) handle(msg []byte) {
-	env, err := envelope.Decode(msg, l.g.cfg.MaxMessageSize)
-	if err != nil {
-		l.g.stats.malformed.Add(1)
-		// The payload itself is never logged: it may be anything.
-		l.log.Warn("dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
-		return
-	}
-	switch env.Type {
-	case envelope.TypeHello:
-		l.handleHello(env)
-	case envelope.TypeGoodbye:
-		l.handleGoodbye(env)
-	case envelope.TypeMCP:
-		select {
-		case l.recv <- msg:
-		case <-l.done:
-		}
-	default:
-		// listen, abort, ...: conversation messages the bridge does not
-		// serve. Counted, not an error.
-		l.g.stats.other.Add(1)
-		if ce := l.log.Check(zap.DebugLevel, "ignored board message"); ce != nil {
-			ce.Write(zap.String("type", env.Type))
-		}
-	}
-}
-
-// handleHello opens a new audio session. A hello while one is open
-// replaces it: boards send a fresh hello after their channel timed out,
-// without a goodbye for the old one.
-func (l *link) handleHello(env envelope.Envelope) {
-	h, err := envelope.ParseDeviceHello(env)
-	if err != nil {
-		l.g.stats.malformed.Add(1)
-		l.log.Warn("dropped malformed hello", zap.Error(err))
-		return
-	}
-	if h.Version != 3 || h.Transport != "udp" {
-		// Every MQTT firmware sends version 3 over udp; anything else would
-		// not understand the reply either.
-		l.g.stats.badHellos.Add(1)
-		l.log.Warn("ignored hello: MQTT boards must send version 3 with transport udp",
-			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
-		return
-	}
-	a := l.g.udp.open(newSessionID())
-	l.audioMu.Lock()
-	old := l.audio
-	l.audio = a
-	l.audioMu.Unlock()
-	l.g.udp.close(old)
-	l.sid.Store(&a.id)
-
-	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
-	defer cancel()
-	if err := l.Send(ctx, serverHello(a, l.advHost, l.g.udpAdvertisePort())); err != nil {
-		l.log.Warn("could not answer hello", zap.Error(err))
-		return
-	}
-	l.g.stats.hellos.Add(1)
-	fields := []zap.Field{zap.String("session_id", a.id), zap.Uint32("ssrc", a.ssrc),
-		zap.String("udp", fmt.Sprintf("%s:%d", l.advHost, l.g.udpAdvertisePort())), zap.Bool("mcp", h.Features.MCP)}
-	if old != nil {
-		fields = append(fields, zap.String("replaced_session_id", old.id))
-	}
-	l.log.Info("audio session opened", fields...)
-}
-
-// handleGoodbye honours a board's goodbye only for the current session,
-// the same rule boards apply to the bridge's goodbye.
-func (l *link) handleGoodbye(env envelope.Envelope) {
-	l.audioMu.Lock()
-	a := l.audio
-	match := a != nil && env.SessionID == a.id
-	if match {
-		l.audio = nil
-	}
-	l.audioMu.Unlock()
-	if !match {
-		l.log.Info("ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
-		return
-	}
-	l.g.udp.close(a)
-	l.g.stats.goodbyesIn.Add(1)
-	l.log.Info("board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
 }
 
 // goodbye ends the current audio session from the bridge's side. The
@@ -318,8 +165,8 @@ func (l *link) finish() {
 // sayGoodbyeOnClose: a goodbye is pointless when the board has left the
 // broker or the broker is gone.
 func sayGoodbyeOnClose(reason error) bool {
-	switch reason {
-	case ErrBoardDisconnected, ErrBrokerConnectionLost:
+	switch device.CauseOf(reason) {
+	case device.CauseDisconnected, device.CauseBrokerLost:
 		return false
 	}
 	return true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -90,7 +91,7 @@ func TestHMACPassword(t *testing.T) {
 // transport udp, a session id, and all four udp fields with 16-byte hex
 // key and nonce, the nonce being 01 00 0000 <ssrc> 00000000 00000000.
 func TestServerHello(t *testing.T) {
-	a := &audioSession{id: "sess-1", ssrc: 0x0a0b0c0d, key: randomHex16(), nonce: newNonce(0x0a0b0c0d)}
+	a := &audioSession{id: "sess-1", ssrc: 0x0a0b0c0d, key: randid.Hex16(), nonce: newNonce(0x0a0b0c0d)}
 	raw := serverHello(a, "192.168.1.10", 8884)
 	var h struct {
 		Type, Transport, SessionID string

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // udpHeaderLen is the fixed header of every audio datagram.
@@ -48,12 +49,6 @@ func newNonce(ssrc uint32) string {
 	n[0] = udpPacketType
 	binary.BigEndian.PutUint32(n[4:8], ssrc)
 	return hex.EncodeToString(n[:])
-}
-
-func randomHex16() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
 }
 
 // serverHello is the reply boards accept: transport udp, a session id, and
@@ -129,7 +124,7 @@ func (u *udpServer) open(id string) *audioSession {
 		_, _ = rand.Read(b[:])
 		ssrc = binary.BigEndian.Uint32(b[:])
 	}
-	a := &audioSession{id: id, ssrc: ssrc, key: randomHex16(), nonce: newNonce(ssrc)}
+	a := &audioSession{id: id, ssrc: ssrc, key: randid.Hex16(), nonce: newNonce(ssrc)}
 	u.sessions[ssrc] = a
 	return a
 }

@@ -2,8 +2,6 @@ package ws
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,6 +18,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // TransportName is the device.Identity transport of WebSocket boards.
@@ -181,7 +180,7 @@ func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
 	if err != nil {
 		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, err)
 	}
-	c.sessionID = newSessionID()
+	c.sessionID = randid.Hex16()
 	audio := envelope.DownlinkAudio
 	reply := envelope.ServerHello{Transport: TransportName, SessionID: c.sessionID, AudioParams: &audio}.Marshal()
 	sendCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
@@ -251,11 +250,4 @@ func (s *Server) Close(reason error) {
 		c.Close(reason)
 	}
 	s.wg.Wait()
-}
-
-// newSessionID returns 128 random bits as 32 hex digits.
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
 }

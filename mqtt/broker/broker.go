@@ -167,7 +167,7 @@ func (b *Broker) Start() error {
 		_ = b.srv.Close()
 		return fmt.Errorf("%w on %s: %w", ErrListen, b.cfg.Listen, err)
 	}
-	b.conns = newConnListener(ln, b.cfg.ConnectTimeout)
+	b.conns = newConnListener(ln, b.cfg.ConnectPacketTimeout)
 	b.public = listeners.NewNet(boardListener, b.conns)
 	if err := b.srv.AddListener(b.public); err != nil {
 		_ = b.conns.Close()

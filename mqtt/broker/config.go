@@ -20,9 +20,9 @@ const (
 	// board is sent one request at a time; past this bound messages to it
 	// are dropped and counted rather than buffered.
 	DefaultClientWritesPending = 256
-	// DefaultConnectTimeout is how long a new connection may take to send
+	// DefaultConnectPacketTimeout is how long a new connection may take to send
 	// CONNECT before it is dropped.
-	DefaultConnectTimeout = 10 * time.Second
+	DefaultConnectPacketTimeout = 10 * time.Second
 )
 
 // User is one static board credential.
@@ -75,20 +75,24 @@ func (a AuthConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Config configures the embedded broker.
+// Config configures the embedded broker. It carries its own yaml keys, so
+// the bridge's configuration embeds it (under "mqtt", beside the
+// gateway's keys) instead of copying it field by field.
 type Config struct {
 	// Listen is where boards connect (":1883").
-	Listen string
-	// Topics must be the same as the gateway's.
-	Topics mqtt.Topics
-	Auth   AuthConfig
+	Listen string `yaml:"listen"`
+	// Topics must be the same as the gateway's, so they are not a key of
+	// their own: whoever embeds both configs hands the gateway's over.
+	Topics mqtt.Topics `yaml:"-"`
+	// Auth is the board authentication.
+	Auth AuthConfig `yaml:"auth"`
 	// MaxPacketSize bounds one MQTT packet (0 = DefaultMaxPacketSize).
-	MaxPacketSize int
+	MaxPacketSize int `yaml:"max_packet_size"`
 	// ClientWritesPending bounds each client's outbound queue.
-	ClientWritesPending int
-	// ConnectTimeout drops a connection that has not sent CONNECT in time
-	// (0 = DefaultConnectTimeout).
-	ConnectTimeout time.Duration
+	ClientWritesPending int `yaml:"client_writes_pending"`
+	// ConnectPacketTimeout drops a connection that has not sent CONNECT in time
+	// (0 = DefaultConnectPacketTimeout).
+	ConnectPacketTimeout time.Duration `yaml:"connect_packet_timeout"`
 }
 
 // WithDefaults fills zero fields.
@@ -103,8 +107,8 @@ func (c Config) WithDefaults() Config {
 	if c.ClientWritesPending <= 0 {
 		c.ClientWritesPending = DefaultClientWritesPending
 	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
+	if c.ConnectPacketTimeout <= 0 {
+		c.ConnectPacketTimeout = DefaultConnectPacketTimeout
 	}
 	return c
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,17 +61,30 @@ func (l *connListener) Close() error {
 	return err
 }
 
-// open reports how many accepted connections are still open.
-func (l *connListener) open() int {
+// open reports how many accepted connections are still open, and how many
+// of them mochi has started reading (so it has counted them in the wait
+// group its Close waits on).
+func (l *connListener) open() (open, reading int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.conns)
+	for c := range l.conns {
+		if c.read.Load() {
+			reading++
+		}
+	}
+	return len(l.conns), reading
 }
 
 type trackedConn struct {
 	net.Conn
 	l    *connListener
 	once sync.Once
+	read atomic.Bool
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	c.read.Store(true)
+	return c.Conn.Read(p)
 }
 
 func (c *trackedConn) Close() error {

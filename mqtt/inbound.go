@@ -1,0 +1,176 @@
+package mqtt
+
+// This file routes uplink traffic: paho's callback finds the board a
+// publish belongs to, and the board's link decodes it and answers hello
+// and goodbye or hands MCP to the session.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/randid"
+)
+
+// onMessage receives every uplink publish. It runs on paho's router
+// goroutine, so it does bounded work and hands the payload on.
+func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
+	key, ok := g.up.Key(m.Topic())
+	if !ok {
+		g.stats.unknownTopic.Add(1)
+		return
+	}
+	id, ok := DeviceIDFromKey(key)
+	if !ok {
+		g.stats.unknownTopic.Add(1)
+		if ce := g.log.Check(zap.WarnLevel, "dropped uplink message on a topic that names no device"); ce != nil {
+			ce.Write(zap.String("topic", m.Topic()))
+		}
+		return
+	}
+	payload := m.Payload()
+	if len(payload) > g.cfg.MaxMessageSize {
+		g.stats.oversized.Add(1)
+		g.log.Warn("dropped oversized uplink message", zap.String("device_id", id), zap.String("transport", TransportName),
+			zap.Int("bytes", len(payload)), zap.Int("limit", g.cfg.MaxMessageSize))
+		return
+	}
+	g.stats.in.Add(1)
+	if l := g.lookup(id); l != nil && l.deliver(payload) {
+		return
+	}
+	select {
+	case g.discover <- discovery{deviceID: id, key: TopicKey(id), payload: payload}:
+	default:
+		g.stats.unattrib.Add(1)
+		g.log.Warn("discovery queue full; dropped a message from an unknown board", zap.String("device_id", id))
+	}
+}
+
+// deliver hands one uplink payload to the link without blocking. It
+// reports false when the link is already closed, so the caller can find the
+// board a new one.
+func (l *link) deliver(p []byte) bool {
+	if l.Closed() {
+		return false
+	}
+	l.lastHeard.Store(time.Now().UnixNano())
+	select {
+	case l.inbox <- p:
+	default:
+		l.dropped.Add(1)
+		l.g.stats.inboxFull.Add(1)
+		if ce := l.log.Check(zap.WarnLevel, "board inbox full; dropped an uplink message"); ce != nil {
+			ce.Write(zap.Int("bytes", len(p)), zap.Int("inbox", cap(l.inbox)))
+		}
+	}
+	return true
+}
+
+func (l *link) handle(msg []byte) {
+	env, err := envelope.Decode(msg, l.g.cfg.MaxMessageSize)
+	if err != nil {
+		l.g.stats.malformed.Add(1)
+		// The payload itself is never logged: it may be anything.
+		l.log.Warn("dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
+		return
+	}
+	switch env.Type {
+	case envelope.TypeHello:
+		l.handleHello(env)
+	case envelope.TypeGoodbye:
+		l.handleGoodbye(env)
+	case envelope.TypeMCP:
+		// Waits while the session is behind: inbox, not this queue, is
+		// where a flooding board's messages are dropped.
+		l.Deliver(msg)
+	default:
+		// listen, abort, ...: conversation messages the bridge does not
+		// serve. Counted, not an error.
+		l.g.stats.other.Add(1)
+		if ce := l.log.Check(zap.DebugLevel, "ignored board message"); ce != nil {
+			ce.Write(zap.String("type", env.Type))
+		}
+	}
+}
+
+// errNotMQTTHello: a well-formed hello the MQTT path cannot answer.
+var errNotMQTTHello = errors.New("mqtt: hello is not version 3 over udp")
+
+// parseHello reads a board's hello on the MQTT path. Every MQTT firmware
+// sends version 3 over udp; a hello claiming anything else would not
+// understand the reply either, so it fails with errNotMQTTHello (and the
+// parsed hello, for the log).
+func parseHello(env envelope.Envelope) (envelope.DeviceHello, error) {
+	h, err := envelope.ParseDeviceHello(env)
+	if err != nil {
+		return envelope.DeviceHello{}, err
+	}
+	if h.Version != 3 || h.Transport != "udp" {
+		return h, errNotMQTTHello
+	}
+	return h, nil
+}
+
+// handleHello opens a new audio session. A hello while one is open
+// replaces it: boards send a fresh hello after their channel timed out,
+// without a goodbye for the old one.
+func (l *link) handleHello(env envelope.Envelope) {
+	h, err := parseHello(env)
+	switch {
+	case errors.Is(err, errNotMQTTHello):
+		l.g.stats.badHellos.Add(1)
+		l.log.Warn("ignored hello: MQTT boards must send version 3 with transport udp",
+			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
+		return
+	case err != nil:
+		l.g.stats.malformed.Add(1)
+		l.log.Warn("dropped malformed hello", zap.Error(err))
+		return
+	}
+	a := l.g.udp.open(randid.Hex16())
+	l.audioMu.Lock()
+	old := l.audio
+	l.audio = a
+	l.audioMu.Unlock()
+	l.g.udp.close(old)
+	l.sid.Store(&a.id)
+
+	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
+	defer cancel()
+	if err := l.Send(ctx, serverHello(a, l.advHost, l.g.udpAdvertisePort())); err != nil {
+		l.log.Warn("could not answer hello", zap.Error(err))
+		return
+	}
+	l.g.stats.hellos.Add(1)
+	fields := []zap.Field{zap.String("session_id", a.id), zap.Uint32("ssrc", a.ssrc),
+		zap.String("udp", fmt.Sprintf("%s:%d", l.advHost, l.g.udpAdvertisePort())), zap.Bool("mcp", h.Features.MCP)}
+	if old != nil {
+		fields = append(fields, zap.String("replaced_session_id", old.id))
+	}
+	l.log.Info("audio session opened", fields...)
+}
+
+// handleGoodbye honours a board's goodbye only for the current session,
+// the same rule boards apply to the bridge's goodbye.
+func (l *link) handleGoodbye(env envelope.Envelope) {
+	l.audioMu.Lock()
+	a := l.audio
+	match := a != nil && env.SessionID == a.id
+	if match {
+		l.audio = nil
+	}
+	l.audioMu.Unlock()
+	if !match {
+		l.log.Info("ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
+		return
+	}
+	l.g.udp.close(a)
+	l.g.stats.goodbyesIn.Add(1)
+	l.log.Info("board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
+}
