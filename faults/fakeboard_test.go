@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -56,6 +57,8 @@ type fakeBoard struct {
 	sid  string
 	mu   sync.Mutex // serialises writes
 	wg   sync.WaitGroup
+	done chan struct{} // closed when the socket ends
+	err  error         // why it ended, set before done closes
 }
 
 // startFake connects, exchanges hellos and serves h until the socket
@@ -65,7 +68,7 @@ func startFake(t *testing.T, url, mac, token string, h handler) (*fakeBoard, err
 	if err != nil {
 		return nil, err
 	}
-	f := &fakeBoard{conn: conn}
+	f := &fakeBoard{conn: conn, done: make(chan struct{})}
 	t.Cleanup(f.close)
 	if err := conn.WriteMessage(websocket.TextMessage, []byte(deviceHello)); err != nil {
 		return nil, err
@@ -95,6 +98,8 @@ func (f *fakeBoard) serve(h handler) {
 	for {
 		kind, msg, err := f.conn.ReadMessage()
 		if err != nil {
+			f.err = err
+			close(f.done)
 			return
 		}
 		if kind != websocket.TextMessage {
@@ -131,6 +136,21 @@ func (f *fakeBoard) send(frame string) error {
 func (f *fakeBoard) close() {
 	_ = f.conn.Close()
 	f.wg.Wait()
+}
+
+// closeText is the server's close reason once the socket has ended, or
+// "" if it has not (or ended without a close frame).
+func (f *fakeBoard) closeText() string {
+	select {
+	case <-f.done:
+	default:
+		return ""
+	}
+	var ce *websocket.CloseError
+	if errors.As(f.err, &ce) {
+		return ce.Text
+	}
+	return ""
 }
 
 // Replies of a well-behaved board.

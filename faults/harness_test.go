@@ -91,6 +91,7 @@ type bridge struct {
 	App  *app.App
 	Base string // control listener, http://host:port
 	http *http.Client
+	stop sync.Once
 }
 
 // baseConfig is the default configuration on loopback port 0 with
@@ -125,13 +126,18 @@ func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 	require.NoError(t, a.Start(ctx))
 	b := &bridge{t: t, App: a, Base: "http://" + a.ControlAddr().String(),
 		http: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	t.Cleanup(func() {
+	t.Cleanup(b.shutdown)
+	return b
+}
+
+// shutdown stops the bridge (once; the test's cleanup calls it too).
+func (b *bridge) shutdown() {
+	b.stop.Do(func() {
 		b.http.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		assert.NoError(t, a.Shutdown(ctx))
+		assert.NoError(b.t, b.App.Shutdown(ctx))
 	})
-	return b
 }
 
 // do sends one request to the control listener and returns the status
