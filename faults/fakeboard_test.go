@@ -44,9 +44,9 @@ type rpcRequest struct {
 	Params json.RawMessage `json:"params"`
 }
 
-// handler answers one request with raw JSON-RPC payloads (each sent as the
-// payload of an mcp envelope) or raw frames (sent as they are); nil sends
-// nothing.
+// handler answers one request with raw frames (sent first, as they are:
+// binary when they start with a byte past ASCII) and raw JSON-RPC payloads
+// (each sent as the payload of an mcp envelope); nil sends nothing.
 type handler func(req rpcRequest) (payloads []string, frames []string)
 
 // fakeBoard is a scripted board over a real WebSocket: it does the hello
@@ -113,11 +113,11 @@ func (f *fakeBoard) serve(h handler) {
 			continue
 		}
 		payloads, frames := h(env.Payload)
-		for _, p := range payloads {
-			_ = f.sendPayload(p)
-		}
 		for _, fr := range frames {
 			_ = f.send(fr)
+		}
+		for _, p := range payloads {
+			_ = f.sendPayload(p)
 		}
 	}
 }
@@ -129,8 +129,12 @@ func (f *fakeBoard) sendPayload(p string) error {
 func (f *fakeBoard) send(frame string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	typ := websocket.TextMessage
+	if len(frame) > 0 && frame[0] > 0x7f {
+		typ = websocket.BinaryMessage
+	}
 	_ = f.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	return f.conn.WriteMessage(websocket.TextMessage, []byte(frame))
+	return f.conn.WriteMessage(typ, []byte(frame))
 }
 
 func (f *fakeBoard) close() {
@@ -138,19 +142,28 @@ func (f *fakeBoard) close() {
 	f.wg.Wait()
 }
 
-// closeText is the server's close reason once the socket has ended, or
-// "" if it has not (or ended without a close frame).
+// closeText is the server's close reason once the socket has ended ("" if
+// it has not, or ended without a close frame). A close frame without text
+// gives its code: 1009 is gorilla's own answer to a frame past the read
+// limit.
 func (f *fakeBoard) closeText() string {
 	select {
 	case <-f.done:
 	default:
 		return ""
 	}
+	return closeReason(f.err)
+}
+
+func closeReason(err error) string {
 	var ce *websocket.CloseError
-	if errors.As(f.err, &ce) {
-		return ce.Text
+	if !errors.As(err, &ce) {
+		return ""
 	}
-	return ""
+	if ce.Text == "" {
+		return fmt.Sprintf("close %d", ce.Code)
+	}
+	return ce.Text
 }
 
 // Replies of a well-behaved board.

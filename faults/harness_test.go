@@ -121,8 +121,10 @@ func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 	}
 	a, err := app.New(cfg, logger)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
+	// Start hands ctx to long-running parts (the /mcp server stops when it
+	// ends): it lives as long as the bridge.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	require.NoError(t, a.Start(ctx))
 	b := &bridge{t: t, App: a, Base: "http://" + a.ControlAddr().String(),
 		http: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
