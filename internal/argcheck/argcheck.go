@@ -596,7 +596,16 @@ func (p *propSchema) exampleValue() string {
 	case "null":
 		return "null"
 	}
-	return `"..."`
+	// A placeholder of "...", stretched or cut to the length bounds (up
+	// to a sane size), so that the example passes them.
+	n := 3
+	if p.minLen != nil && *p.minLen > n {
+		n = min(*p.minLen, 256)
+	}
+	if p.maxLen != nil && *p.maxLen < n {
+		n = max(*p.maxLen, 0)
+	}
+	return `"` + strings.Repeat(".", n) + `"`
 }
 
 // ArgList describes the accepted arguments, e.g. `volume (an integer from

@@ -168,3 +168,22 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleRespectsStringLength: the example offered with a refusal
+// must itself pass; for strings with length bounds the placeholder "..."
+// did not (found by FuzzValidArgsAccepted).
+func TestExampleRespectsStringLength(t *testing.T) {
+	for _, bounds := range []string{`"maxLength":1`, `"minLength":5`, `"minLength":2,"maxLength":2`, `"maxLength":0`} {
+		s, err := Parse(json.RawMessage(`{"type":"object","properties":{"s":{"type":"string",` + bounds + `}},"required":["s"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, bad := s.Validate(nil)
+		if bad == nil {
+			t.Fatalf("%s: a missing required argument passed", bounds)
+		}
+		if _, again := s.Validate(json.RawMessage(bad.Example)); again != nil {
+			t.Errorf("%s: the example %s is refused: %s", bounds, bad.Example, again.Explain("t", s))
+		}
+	}
+}
