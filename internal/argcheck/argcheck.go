@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -217,7 +218,7 @@ func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, nil, err
 	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, nil, errors.New("unexpected data after the object")
 	}
 	return keys, vals, nil

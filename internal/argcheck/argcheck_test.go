@@ -187,3 +187,18 @@ func TestExampleRespectsStringLength(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailingDataIsRefused: arguments with bytes after the object are
+// not valid JSON; they were accepted and forwarded as they were (found by
+// FuzzParseValidate).
+func TestTrailingDataIsRefused(t *testing.T) {
+	for _, schema := range []string{`{"type":"object","properties":{"volume":{"type":"integer"}}}`, `0`} {
+		s, _ := Parse(json.RawMessage(schema))
+		for _, args := range []string{`{}A`, `{"volume":35}x`, `{} {}`, `{"volume":35}]`} {
+			fwd, bad := s.Validate(json.RawMessage(args))
+			if bad == nil {
+				t.Errorf("schema %s: %s accepted and forwarded as %s", schema, args, fwd)
+			}
+		}
+	}
+}
