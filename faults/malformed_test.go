@@ -622,9 +622,17 @@ func mqttPublishes(t *testing.T, b *bridge, s *tally) {
 			s.fail("foreign publishes: %d of 20 denied", denied)
 		}
 	}
-	// The publishing board itself still works.
-	code, body := b.call(sb.MAC(), "self.get_device_status", nil)
-	require.Equal(t, http.StatusOK, code, "%s", body)
+	// The publishing board itself still works, once it has worked through
+	// what its garbage provoked (a server hello for every forged hello,
+	// which a loaded machine can take seconds to process).
+	var last string
+	if !assertEventually(func() bool {
+		code, body := b.call(sb.MAC(), "self.get_device_status", nil)
+		last = fmt.Sprintf("%d %s", code, body)
+		return code == http.StatusOK
+	}) {
+		s.fail("the publishing board no longer answers: %s", last)
+	}
 }
 
 // mcpPost sends one JSON-RPC body to /mcp.
