@@ -147,7 +147,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", time.Since(start)))
 	if err != nil {
 		status, code := classify(err)
-		log.Info("control call failed", zap.Int("status", status), zap.String("code", code), zap.Error(err))
+		log.Info("control call failed", zap.Int("status", status), zap.String("code", code), zap.Error(device.LogSafe(err)))
 		detail := ErrorDetail{Code: code, Message: err.Error()}
 		var argErr *device.ArgumentsError
 		var toolErr *device.UnknownToolError

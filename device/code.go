@@ -129,3 +129,27 @@ func (e *ArgumentsError) Error() string { return e.Invalid.Explain(e.Tool, e.Sch
 
 // Is makes errors.Is(err, ErrInvalidArguments) true.
 func (e *ArgumentsError) Is(target error) bool { return target == ErrInvalidArguments }
+
+// LogSafe returns err in a form fit for logs at info level and above. An
+// invalid-arguments error quotes what the caller sent (so that the caller
+// can correct it); its logged form names the tool and the arguments at
+// fault, never their values. Other errors are returned as they are.
+func LogSafe(err error) error {
+	var ae *ArgumentsError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	var names []string
+	if ae.Invalid != nil {
+		for _, p := range ae.Invalid.Problems {
+			if p.Arg != "" && !slices.Contains(names, p.Arg) {
+				names = append(names, p.Arg)
+			}
+		}
+	}
+	what := "the arguments as a whole"
+	if len(names) > 0 {
+		what = "argument " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%w for %s: %s (values not logged)", ErrInvalidArguments, ae.Tool, what)
+}

@@ -2,10 +2,14 @@ package tools_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -246,4 +250,31 @@ func TestBatches(t *testing.T) {
 	sid = b.rawSession("2025-06-18")
 	status, _, _ = b.rawStatus("POST", batch, map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
 	assert.Equal(t, http.StatusBadRequest, status)
+}
+
+// TestArgumentsNotLoggedAtInfo: a call refused for its arguments is
+// logged at info (it is the caller's mistake, not the bridge's), and the
+// refusal quotes the caller's values back to the caller, but the log line
+// names the arguments at fault without their values: tool arguments are
+// payload, kept out of logs above debug.
+func TestArgumentsNotLoggedAtInfo(t *testing.T) {
+	b := startBridge(t, nil)
+	b.board("aa:00:00:00:a1:01", "breadboard", simulator.Config{})
+	cs := b.client("legacy", nil)
+	eventually(t, 10*time.Second, func() bool { return len(toolNames(t, cs)) > 0 }, "tools listed")
+	const canary = "payload-canary-8e1f"
+	res := callTool(t, cs, "dev_00a101_audio_speaker_set_volume", map[string]any{"volume": canary})
+	require.True(t, res.IsError)
+	assert.Contains(t, text(res), canary, "the caller sees what it sent")
+	var seen bool
+	for _, e := range b.logs.FilterMessage("tool call").All() {
+		if e.Level < zapcore.InfoLevel {
+			continue
+		}
+		seen = true
+		for k, v := range e.ContextMap() {
+			assert.NotContains(t, fmt.Sprint(v), canary, "field %s of an info line", k)
+		}
+	}
+	assert.True(t, seen, "the refused call is logged at info")
 }

@@ -465,7 +465,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	if ce := s.log.Check(level, "tool call"); ce != nil {
 		fs := append(fields, zap.String("outcome", outcome), zap.Duration("took", took))
 		if err != nil {
-			fs = append(fs, zap.Error(err))
+			fs = append(fs, zap.Error(device.LogSafe(err)))
 		}
 		ce.Write(fs...)
 	}

@@ -17,6 +17,14 @@ const (
 	DefaultPingInterval = 30 * time.Second
 	DefaultPongWait     = 15 * time.Second
 	DefaultSendQueue    = 64
+	// DefaultMaxConnections bounds open device sockets: above the ten
+	// thousand boards one bridge is meant to hold, below what exhausts its
+	// file descriptors and memory.
+	DefaultMaxConnections = 16384
+	// DefaultMaxPendingHellos bounds sockets that have not finished their
+	// hello: boards send it at once, so many waiting sockets are a flood,
+	// and each of them holds two goroutines for up to HelloTimeout.
+	DefaultMaxPendingHellos = 512
 )
 
 // Config configures the device WebSocket endpoint.
@@ -36,6 +44,14 @@ type Config struct {
 	PongWait       time.Duration `yaml:"pong_wait"`
 	// SendQueue bounds the messages waiting for the writer goroutine.
 	SendQueue int `yaml:"send_queue"`
+	// MaxConnections bounds open device sockets, hello done or not; past
+	// it a board gets HTTP 503 before the upgrade. 0 means
+	// DefaultMaxConnections, negative no limit.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingHellos bounds sockets still waiting for their hello; past
+	// it a new socket gets HTTP 503. 0 means DefaultMaxPendingHellos,
+	// negative no limit.
+	MaxPendingHellos int `yaml:"max_pending_hellos"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -60,6 +76,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SendQueue <= 0 {
 		c.SendQueue = DefaultSendQueue
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxPendingHellos == 0 {
+		c.MaxPendingHellos = DefaultMaxPendingHellos
 	}
 	return c
 }

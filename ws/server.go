@@ -32,6 +32,9 @@ var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
 // Stats counts what the endpoint saw since it started.
 type Stats struct {
 	Accepted, Unauthorized, BadRequests, HelloFailures, Active int64
+	// Refused counts sockets turned away by MaxConnections or
+	// MaxPendingHellos.
+	Refused int64
 	// TextIn, BinaryIn and TextOut count messages on connections that have
 	// closed; binary frames are board audio, accepted and not played.
 	TextIn, BinaryIn, TextOut int64
@@ -48,10 +51,13 @@ type Server struct {
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
-	wg     sync.WaitGroup // reader and writer goroutines of every conn
+	// open counts admitted sockets from admission until their goroutines
+	// end (or the upgrade fails); pending those whose hello is not done.
+	open, pending int
+	wg            sync.WaitGroup // reader and writer goroutines of every conn
 
-	accepted, unauthorized, badRequests, helloFailures atomic.Int64
-	textIn, binaryIn, textOut                          atomic.Int64
+	accepted, unauthorized, badRequests, helloFailures, refused atomic.Int64
+	textIn, binaryIn, textOut                                   atomic.Int64
 }
 
 // NewServer creates the endpoint. cfg is completed with defaults; call
@@ -82,7 +88,8 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{Accepted: s.accepted.Load(), Unauthorized: s.unauthorized.Load(),
 		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active,
-		TextIn: s.textIn.Load(), BinaryIn: s.binaryIn.Load(), TextOut: s.textOut.Load()}
+		Refused: s.refused.Load(),
+		TextIn:  s.textIn.Load(), BinaryIn: s.binaryIn.Load(), TextOut: s.textOut.Load()}
 }
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
@@ -101,21 +108,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "missing or invalid Device-Id header", http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		http.Error(w, "bridge shutting down", http.StatusServiceUnavailable)
+	if why := s.admit(); why != "" {
+		if why != errShuttingDown {
+			if n := s.refused.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: a flood does not flood the log
+				log.Warn("refused device connection: "+why, zap.Int64("refused_so_far", n),
+					zap.Int("max_connections", s.cfg.MaxConnections), zap.Int("max_pending_hellos", s.cfg.MaxPendingHellos))
+			}
+		}
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	wsConn, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		s.release(true)
 		s.badRequests.Add(1)
 		log.Warn("websocket upgrade failed", zap.Error(err))
 		return // the upgrader already answered
 	}
 	c := newConn(wsConn, s.cfg, log)
 	if !s.track(c) {
+		s.release(true)
 		c.Close(device.ErrShutdown)
 		_ = wsConn.Close()
 		return
@@ -137,6 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id.ProtocolVersion, _ = strconv.Atoi(r.Header.Get("Protocol-Version"))
 	hello, err := s.awaitHello(c)
+	s.helloDone()
 	if err != nil {
 		s.helloFailures.Add(1)
 		log.Warn("closing device connection: hello exchange failed", zap.Error(err))
@@ -206,6 +220,49 @@ func (s *Server) authorized(header string) bool {
 	return (isBearer && asBearer >= 0) || asIs >= 0
 }
 
+// Reasons admit gives for refusing a socket.
+const (
+	errShuttingDown   = "bridge shutting down"
+	errTooMany        = "too many device connections; retry later"
+	errTooManyPending = "too many device connections waiting for their hello; retry later"
+)
+
+// admit reserves room for one more socket before the upgrade, or returns
+// why there is none. A reserved socket counts as open and pending.
+func (s *Server) admit() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return errShuttingDown
+	case s.cfg.MaxConnections > 0 && s.open >= s.cfg.MaxConnections:
+		return errTooMany
+	case s.cfg.MaxPendingHellos > 0 && s.pending >= s.cfg.MaxPendingHellos:
+		return errTooManyPending
+	}
+	s.open++
+	s.pending++
+	return ""
+}
+
+// helloDone ends an admitted socket's hello wait, whatever its outcome.
+func (s *Server) helloDone() {
+	s.mu.Lock()
+	s.pending--
+	s.mu.Unlock()
+}
+
+// release gives back an admitted socket's room; pending too if its hello
+// wait never started.
+func (s *Server) release(pending bool) {
+	s.mu.Lock()
+	s.open--
+	if pending {
+		s.pending--
+	}
+	s.mu.Unlock()
+}
+
 func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,6 +282,7 @@ func (s *Server) untrack(c *conn) {
 	s.textOut.Add(c.textOut.Load())
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.open--
 	s.mu.Unlock()
 	if ce := c.log.Check(zap.DebugLevel, "websocket closed"); ce != nil {
 		ce.Write(zap.NamedError("reason", c.Err()), zap.Int64("text_in", c.textIn.Load()),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -376,4 +377,41 @@ func TestBoardWithoutMCPKeepsAnsweringPings(t *testing.T) {
 	assert.Equal(t, device.StateConnected, s.Info().State)
 	_ = c.Close()
 	<-readErr
+}
+
+// TestConnectionCaps: sockets that never send their hello, and sockets in
+// general, are bounded. Past either cap a newcomer gets 503 before the
+// upgrade, with a reason and Retry-After, and room comes back as sockets
+// finish their hello or close.
+func TestConnectionCaps(t *testing.T) {
+	b := newBridge(t, ws.Config{MaxPendingHellos: 2, MaxConnections: 3, HelloTimeout: time.Minute}, device.HubConfig{})
+	refused := func(mac, want string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, resp, err := websocket.DefaultDialer.DialContext(ctx, b.url, http.Header{"Device-Id": {mac}})
+		require.Error(t, err)
+		require.NotNil(t, resp)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Contains(t, string(body), want)
+		assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	}
+	first := rawDevice(t, b.url, "aa:bb:cc:dd:ee:31")
+	second := rawDevice(t, b.url, "aa:bb:cc:dd:ee:32")
+	refused("aa:bb:cc:dd:ee:33", "waiting for their hello")
+
+	// A finished hello frees a pending slot; the socket still counts.
+	require.NoError(t, first.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","version":1,"features":{"mcp":false},"transport":"websocket"}`)))
+	_, _, err := first.ReadMessage()
+	require.NoError(t, err)
+	rawDevice(t, b.url, "aa:bb:cc:dd:ee:33")
+	refused("aa:bb:cc:dd:ee:34", "too many device connections")
+	assert.EqualValues(t, 2, b.srv.Stats().Refused)
+
+	// A closed socket gives its room back.
+	require.NoError(t, second.Close())
+	require.Eventually(t, func() bool { return b.srv.Stats().Active == 2 }, 5*time.Second, 5*time.Millisecond)
+	rawDevice(t, b.url, "aa:bb:cc:dd:ee:34")
 }

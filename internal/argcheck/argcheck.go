@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -217,7 +218,7 @@ func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, nil, err
 	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, nil, errors.New("unexpected data after the object")
 	}
 	return keys, vals, nil
@@ -596,7 +597,16 @@ func (p *propSchema) exampleValue() string {
 	case "null":
 		return "null"
 	}
-	return `"..."`
+	// A placeholder of "...", stretched or cut to the length bounds (up
+	// to a sane size), so that the example passes them.
+	n := 3
+	if p.minLen != nil && *p.minLen > n {
+		n = min(*p.minLen, 256)
+	}
+	if p.maxLen != nil && *p.maxLen < n {
+		n = max(*p.maxLen, 0)
+	}
+	return `"` + strings.Repeat(".", n) + `"`
 }
 
 // ArgList describes the accepted arguments, e.g. `volume (an integer from

@@ -168,3 +168,37 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleRespectsStringLength: the example offered with a refusal
+// must itself pass; for strings with length bounds the placeholder "..."
+// did not (found by FuzzValidArgsAccepted).
+func TestExampleRespectsStringLength(t *testing.T) {
+	for _, bounds := range []string{`"maxLength":1`, `"minLength":5`, `"minLength":2,"maxLength":2`, `"maxLength":0`} {
+		s, err := Parse(json.RawMessage(`{"type":"object","properties":{"s":{"type":"string",` + bounds + `}},"required":["s"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, bad := s.Validate(nil)
+		if bad == nil {
+			t.Fatalf("%s: a missing required argument passed", bounds)
+		}
+		if _, again := s.Validate(json.RawMessage(bad.Example)); again != nil {
+			t.Errorf("%s: the example %s is refused: %s", bounds, bad.Example, again.Explain("t", s))
+		}
+	}
+}
+
+// TestTrailingDataIsRefused: arguments with bytes after the object are
+// not valid JSON; they were accepted and forwarded as they were (found by
+// FuzzParseValidate).
+func TestTrailingDataIsRefused(t *testing.T) {
+	for _, schema := range []string{`{"type":"object","properties":{"volume":{"type":"integer"}}}`, `0`} {
+		s, _ := Parse(json.RawMessage(schema))
+		for _, args := range []string{`{}A`, `{"volume":35}x`, `{} {}`, `{"volume":35}]`} {
+			fwd, bad := s.Validate(json.RawMessage(args))
+			if bad == nil {
+				t.Errorf("schema %s: %s accepted and forwarded as %s", schema, args, fwd)
+			}
+		}
+	}
+}

@@ -1,0 +1,370 @@
+//go:build faults
+
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// wait bounds every poll of the campaign; nothing should come close.
+const wait = 20 * time.Second
+
+// tally counts one scenario: what was tried, what survived (a clear
+// answer, the bridge still healthy) and what was lost.
+type tally struct {
+	name                  string
+	tried, survived, lost atomic.Int64
+	mu                    sync.Mutex
+	losses                []string // the first few, for the failure message
+}
+
+var (
+	tallyMu sync.Mutex
+	tallies []*tally
+)
+
+// scenario registers a tally; at the end of the test it prints the
+// summary line and fails the test if anything was lost.
+func scenario(t *testing.T, name string) *tally {
+	t.Helper()
+	s := &tally{name: name}
+	tallyMu.Lock()
+	tallies = append(tallies, s)
+	tallyMu.Unlock()
+	t.Cleanup(func() {
+		t.Logf("FAULTS %-40s tried=%d survived=%d lost=%d", s.name, s.tried.Load(), s.survived.Load(), s.lost.Load())
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		assert.Zero(t, s.lost.Load(), "%s lost inputs; first ones: %s", s.name, strings.Join(s.losses, "; "))
+		assert.Equal(t, s.tried.Load(), s.survived.Load()+s.lost.Load(), "%s: every try is counted once", s.name)
+	})
+	return s
+}
+
+// ok counts one try that survived.
+func (s *tally) ok() { s.tried.Add(1); s.survived.Add(1) }
+
+// fail counts one lost try and remembers why.
+func (s *tally) fail(format string, args ...any) {
+	s.tried.Add(1)
+	s.lost.Add(1)
+	s.mu.Lock()
+	if len(s.losses) < 8 {
+		s.losses = append(s.losses, fmt.Sprintf(format, args...))
+	}
+	s.mu.Unlock()
+}
+
+// check counts a try as survived when err is nil.
+func (s *tally) check(what string, err error) {
+	if err != nil {
+		s.fail("%s: %v", what, err)
+		return
+	}
+	s.ok()
+}
+
+// bridge is a real bridge running in the test process.
+type bridge struct {
+	t    *testing.T
+	App  *app.App
+	Base string // control listener, http://host:port
+	http *http.Client
+	stop sync.Once
+}
+
+// baseConfig is the default configuration on loopback port 0 with
+// timings short enough for a campaign: embedded MQTT off unless a test
+// turns it on, no /mcp rate limit (floods are the point here).
+func baseConfig() app.Config {
+	cfg := app.Default()
+	cfg.DeviceListen = "127.0.0.1:0"
+	cfg.ControlListen = "127.0.0.1:0"
+	cfg.MQTT.Listen = ""
+	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	cfg.WebSocket.HelloTimeout = 500 * time.Millisecond
+	cfg.Devices.RequestTimeout = time.Second
+	cfg.Devices.InitTimeout = 3 * time.Second
+	cfg.Devices.CallTimeout = 3 * time.Second
+	cfg.Devices.ReadyWait = 2 * time.Second
+	cfg.MCP.RateLimit = -1
+	return cfg
+}
+
+// startBridge starts a bridge and shuts it down at the end of the test.
+// logger may be nil (errors go to the test log).
+func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
+	t.Helper()
+	if logger == nil {
+		logger = zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel))
+	}
+	a, err := app.New(cfg, logger)
+	require.NoError(t, err)
+	// Start hands ctx to long-running parts (the /mcp server stops when it
+	// ends): it lives as long as the bridge.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, a.Start(ctx))
+	b := &bridge{t: t, App: a, Base: "http://" + a.ControlAddr().String(),
+		http: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	t.Cleanup(b.shutdown)
+	return b
+}
+
+// shutdown stops the bridge (once; the test's cleanup calls it too).
+func (b *bridge) shutdown() {
+	b.stop.Do(func() {
+		b.http.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		assert.NoError(b.t, b.App.Shutdown(ctx))
+	})
+}
+
+// do sends one request to the control listener and returns the status
+// and body. A transport error is returned as status 0 and the error text.
+func (b *bridge) do(method, path string, body []byte, header http.Header) (int, []byte) {
+	req, err := http.NewRequest(method, b.Base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// call runs a tool through the control API.
+func (b *bridge) call(mac, tool string, args any) (int, []byte) {
+	body, _ := json.Marshal(map[string]any{"name": tool, "arguments": args})
+	return b.do(http.MethodPost, "/api/devices/"+mac+"/call", body, nil)
+}
+
+// errorCode extracts error.code from a control API error body.
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
+	return e.Error.Code
+}
+
+// healthy checks /healthz and that ref (an unrelated ready board) still
+// answers a call.
+func (b *bridge) healthy(ref string) error {
+	if code, body := b.do(http.MethodGet, "/healthz", nil, nil); code != http.StatusOK {
+		return fmt.Errorf("healthz: %d %s", code, body)
+	}
+	if ref == "" {
+		return nil
+	}
+	if code, body := b.call(ref, "self.get_device_status", nil); code != http.StatusOK {
+		return fmt.Errorf("reference board %s: %d %s", ref, code, body)
+	}
+	return nil
+}
+
+// requireHealthy fails the test unless the bridge is healthy.
+func (b *bridge) requireHealthy(ref string) {
+	b.t.Helper()
+	require.NoError(b.t, b.healthy(ref))
+}
+
+// waitReady waits until the Hub holds a ready session for mac.
+func (b *bridge) waitReady(mac string) {
+	b.t.Helper()
+	require.Eventually(b.t, func() bool { return b.ready(mac) }, wait, 5*time.Millisecond, "%s ready", mac)
+}
+
+func (b *bridge) ready(mac string) bool {
+	s, ok := b.App.Hub.Session(mac)
+	return ok && s.Info().State.String() == "ready"
+}
+
+// profile loads an embedded simulator profile.
+func profile(t testing.TB, name string) *simulator.Profile {
+	t.Helper()
+	p, err := simulator.LoadProfile(name)
+	require.NoError(t, err)
+	return p
+}
+
+// board connects a simulated board over WebSocket, closes it at the end
+// of the test, and waits until the bridge has it ready.
+func (b *bridge) board(cfg simulator.Config) *simulator.Board {
+	b.t.Helper()
+	if cfg.Profile == nil {
+		cfg.Profile = profile(b.t, "breadboard")
+	}
+	if cfg.Token == "" && len(b.App.Config().WebSocket.Tokens) > 0 {
+		cfg.Token = b.App.Config().WebSocket.Tokens[0]
+	}
+	sb, err := simulator.NewBoard(cfg)
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { _ = sb.Close() })
+	b.connect(sb)
+	return sb
+}
+
+// connect (re)connects a simulated board and waits until it is ready.
+func (b *bridge) connect(sb *simulator.Board) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(b.t, sb.ConnectWebSocket(ctx, b.App.DeviceURL()))
+	b.waitReady(sb.MAC())
+}
+
+// usage is a process-wide resource snapshot.
+type usage struct {
+	goroutines int
+	heap       uint64
+}
+
+func (u usage) String() string {
+	return fmt.Sprintf("%d goroutines, %.1f MiB heap in use", u.goroutines, float64(u.heap)/(1<<20))
+}
+
+func measure() usage {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return usage{goroutines: runtime.NumGoroutine(), heap: m.HeapInuse}
+}
+
+// Slack allowed over a baseline: goroutines of connections still closing
+// and of idle HTTP connections, and heap the runtime keeps between GCs.
+const (
+	goroutineSlack = 25
+	heapSlack      = 48 << 20
+)
+
+// baseline measures resource use once the bridge and its reference
+// boards are settled.
+func (b *bridge) baseline() usage {
+	b.http.CloseIdleConnections()
+	u := measure()
+	b.t.Logf("baseline: %s", u)
+	return u
+}
+
+// settled polls until goroutines and heap are back near base.
+func (b *bridge) settled(base usage, after string) {
+	b.t.Helper()
+	var u usage
+	ok := assert.Eventually(b.t, func() bool {
+		b.http.CloseIdleConnections()
+		u = measure()
+		return u.goroutines <= base.goroutines+goroutineSlack && u.heap <= base.heap+heapSlack
+	}, wait, 50*time.Millisecond)
+	if !ok {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		b.t.Fatalf("after %s: %s, baseline %s\n%s", after, u, base, summarizeStacks(buf[:n]))
+	}
+	b.t.Logf("after %s: %s (baseline %s)", after, u, base)
+}
+
+// summarizeStacks counts goroutines by their top frame, to say what leaked.
+func summarizeStacks(dump []byte) string {
+	counts := map[string]int{}
+	for _, g := range strings.Split(string(dump), "\n\n") {
+		lines := strings.Split(g, "\n")
+		if len(lines) > 1 {
+			counts[strings.TrimSpace(lines[1])]++
+		}
+	}
+	type kv struct {
+		k string
+		v int
+	}
+	var list []kv
+	for k, v := range counts {
+		list = append(list, kv{k, v})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v })
+	var sb strings.Builder
+	for i, e := range list {
+		if i == 15 {
+			break
+		}
+		fmt.Fprintf(&sb, "%5d %s\n", e.v, e.k)
+	}
+	return sb.String()
+}
+
+// parallel runs f(i) for i in [0,n) on at most workers goroutines and
+// waits for all of them, failing the test if they do not finish in time.
+func parallel(t *testing.T, n, workers int, f func(i int)) {
+	t.Helper()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%d tries did not finish within 2 minutes: something hangs", n)
+	}
+}
+
+// mac returns a locally administered MAC for the campaign: group g,
+// index i.
+func mac(g, i int) string {
+	return fmt.Sprintf("06:fa:%02x:%02x:%02x:%02x", g&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+}
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+// readAll reads and closes a response body.
+func readAll(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return b
+}
