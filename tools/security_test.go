@@ -261,7 +261,7 @@ func TestArgumentsNotLoggedAtInfo(t *testing.T) {
 	b := startBridge(t, nil)
 	b.board("aa:00:00:00:a1:01", "breadboard", simulator.Config{})
 	cs := b.client("legacy", nil)
-	eventually(t, 10*time.Second, func() bool { return len(toolNames(t, cs)) > 0 }, "tools listed")
+	require.Eventually(t, func() bool { return len(toolNames(t, cs)) > 0 }, 10*time.Second, 10*time.Millisecond, "tools listed")
 	const canary = "payload-canary-8e1f"
 	res := callTool(t, cs, "dev_00a101_audio_speaker_set_volume", map[string]any{"volume": canary})
 	require.True(t, res.IsError)
