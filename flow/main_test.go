@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -30,4 +31,12 @@ func requireCode(t *testing.T, err error, code int) *Error {
 	require.Equal(t, code, fe.Code, "error: %v", err)
 	require.NotEmpty(t, fe.Message)
 	return fe
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+func mustRaw(dec *json.Decoder) json.RawMessage {
+	var r json.RawMessage
+	_ = dec.Decode(&r)
+	return r
 }
