@@ -1,0 +1,317 @@
+package flow
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// PromptType is the kind of answer a prompt asks for (spec Appendix A).
+type PromptType string
+
+// The prompt types of the spec. The engine builds text, choice, confirm,
+// number, date and custom prompts; file is never built (boards take no
+// files).
+const (
+	PromptText    PromptType = "text"
+	PromptChoice  PromptType = "choice"
+	PromptConfirm PromptType = "confirm"
+	PromptNumber  PromptType = "number"
+	PromptDate    PromptType = "date"
+	PromptFile    PromptType = "file"
+	// PromptCustom asks for any JSON value (objects, lists, untyped
+	// properties); it has no elicitation form equivalent.
+	PromptCustom PromptType = "custom"
+)
+
+// Prompt is one question, in the shape of the spec's prompt objects
+// (Appendix A), plus the property it fills and, when it is offered again,
+// why the previous answer was refused.
+type Prompt struct {
+	Type    PromptType `json:"type"`
+	Message string     `json:"message"`
+	// Property is the argument the answer becomes; empty for the
+	// confirmation prompt that ends tools with Tool.Confirm.
+	Property     string          `json:"property,omitempty"`
+	Placeholder  string          `json:"placeholder,omitempty"`
+	DefaultValue json.RawMessage `json:"defaultValue,omitempty"`
+	Choices      []Choice        `json:"choices,omitempty"`
+	Validation   *Rules          `json:"validation,omitempty"`
+	// Error and Suggestion are set when the prompt is offered again after
+	// a refused answer (or because the initial value was invalid).
+	Error      string `json:"error,omitempty"`
+	Suggestion string `json:"suggestion,omitempty"`
+}
+
+// Choice is one option of a choice prompt. Value is the JSON value the
+// answer must be.
+type Choice struct {
+	Value json.RawMessage `json:"value"`
+	Label string          `json:"label"`
+}
+
+// Rules is a prompt's "validation" object. As in the spec, Min and Max are
+// the value bounds of number prompts and the length bounds of text
+// prompts. Integer and Format are additions: whole numbers only, and the
+// string format (date, date-time, email, uri).
+type Rules struct {
+	Required bool     `json:"required,omitempty"`
+	Pattern  string   `json:"pattern,omitempty"`
+	Min      *float64 `json:"min,omitempty"`
+	Max      *float64 `json:"max,omitempty"`
+	Integer  bool     `json:"integer,omitempty"`
+	Format   string   `json:"format,omitempty"`
+}
+
+// Progress tells where a prompt stands in the interaction.
+type Progress struct {
+	Current int    `json:"current"`
+	Total   int    `json:"total"`
+	Message string `json:"message,omitempty"`
+}
+
+// prompt builds the question for a property.
+func (p *property) prompt() Prompt {
+	pr := Prompt{Property: p.name, DefaultValue: p.def}
+	rules := &Rules{Required: p.required}
+	what := p.describe
+	switch {
+	case len(p.enum) > 0:
+		pr.Type = PromptChoice
+		for i, e := range p.enum {
+			pr.Choices = append(pr.Choices, Choice{Value: e, Label: p.labels[i]})
+		}
+		what = "choose one of " + p.choiceList()
+	case p.typ == "integer" || p.typ == "number":
+		pr.Type = PromptNumber
+		rules.Min, rules.Max = p.lo, p.hi
+		if p.typ == "integer" {
+			rules.Integer = true
+			// Bounds that are only int32's, not the schema's, are not
+			// worth showing (they are still enforced).
+			if p.schema.Minimum == nil && p.schema.ExclusiveMinimum == nil {
+				rules.Min = nil
+			}
+			if p.schema.Maximum == nil && p.schema.ExclusiveMaximum == nil {
+				rules.Max = nil
+			}
+		}
+	case p.typ == "boolean":
+		pr.Type = PromptConfirm
+		what = "answer true or false"
+	case p.typ == "string" && p.format == "date":
+		pr.Type = PromptDate
+		rules.Format = p.format
+		pr.Placeholder = "YYYY-MM-DD"
+	case p.typ == "string":
+		pr.Type = PromptText
+		rules.Pattern = p.pattern
+		rules.Format = p.format
+		if p.minLen != nil {
+			f := float64(*p.minLen)
+			rules.Min = &f
+		}
+		if p.maxLen != nil {
+			f := float64(*p.maxLen)
+			rules.Max = &f
+		}
+	default:
+		pr.Type = PromptCustom
+		what = "give " + p.describe + " as JSON"
+	}
+	if *rules != (Rules{}) {
+		pr.Validation = rules
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", p.label(), what)
+	if len(p.def) > 0 {
+		fmt.Fprintf(&b, " (default %s)", p.def)
+	} else if !p.required {
+		b.WriteString(" (optional; answer null to skip)")
+	}
+	b.WriteString(".")
+	if p.descr != "" {
+		b.WriteString(" " + p.descr)
+	}
+	pr.Message = b.String()
+	return pr
+}
+
+// confirmPrompt is the last question of tools with Tool.Confirm.
+func confirmPrompt(t *Tool, args json.RawMessage) Prompt {
+	msg := t.ConfirmMessage
+	if msg == "" {
+		msg = fmt.Sprintf("Run %s with %s?", t.Name, args)
+	}
+	return Prompt{Type: PromptConfirm, DefaultValue: json.RawMessage("false"),
+		Message:    msg + " Answer true to run it, or false to cancel without running anything.",
+		Validation: &Rules{Required: true}}
+}
+
+// ConfirmField is the key under which ElicitSchema asks for the
+// confirmation (the prompt with an empty Property).
+const ConfirmField = "confirm"
+
+// ElicitSchema builds one elicitation requestedSchema (MCP
+// elicitation/create, also used by MRTR inputRequests) asking all the given
+// prompts at once: a flat object of primitive properties, keyed by each
+// prompt's Property (ConfirmField for the confirmation prompt).
+//
+// The mapping: number → "number" or "integer" with minimum/maximum;
+// confirm → "boolean"; choice of strings → "string" with enum and
+// enumNames; choice of other values → their type, the choices listed in
+// the description; date → "string" with format "date"; text → "string"
+// with minLength/maxLength and format (email, uri, date, date-time only).
+// Defaults become "default"; a prompt's Message becomes the description.
+// There is no "pattern" (elicitation has none): the engine still checks
+// it when the answer comes back.
+//
+// It fails with CodeNotInteractive for custom and file prompts (objects,
+// lists, untyped properties have no form equivalent: pass them in the
+// arguments) and when a property is named like ConfirmField while a
+// confirmation is also asked (ask the confirmation in its own request).
+func ElicitSchema(prompts []Prompt) (json.RawMessage, error) {
+	props := map[string]map[string]any{}
+	var order, required []string
+	for _, pr := range prompts {
+		key := pr.Property
+		if key == "" {
+			key = ConfirmField
+		}
+		if _, dup := props[key]; dup {
+			return nil, newError(CodeNotInteractive, map[string]any{"property": key},
+				"Two prompts fill %q in one form. Ask them in separate elicitation requests.", key)
+		}
+		s, err := elicitProperty(pr)
+		if err != nil {
+			return nil, err
+		}
+		props[key] = s
+		order = append(order, key)
+		if pr.Validation != nil && pr.Validation.Required || pr.Property == "" {
+			required = append(required, key)
+		}
+	}
+	// Render properties in prompt order (encoding/json would sort them).
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i, key := range order {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(key)
+		v, err := json.Marshal(props[key])
+		if err != nil {
+			return nil, newError(CodeNotInteractive, map[string]any{"property": key},
+				"The prompt for %q cannot be rendered as a form field (%v); pass %q in the arguments instead.", key, err, key)
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteString("}")
+	if len(required) > 0 {
+		r, _ := json.Marshal(required)
+		b.WriteString(`,"required":`)
+		b.Write(r)
+	}
+	b.WriteString("}")
+	return json.RawMessage(b.String()), nil
+}
+
+// elicitFormats are the string formats elicitation allows.
+var elicitFormats = map[string]bool{"email": true, "uri": true, "date": true, "date-time": true}
+
+func elicitProperty(pr Prompt) (map[string]any, error) {
+	s := map[string]any{}
+	title := pr.Property
+	if title == "" {
+		title = "Confirm"
+	}
+	s["title"] = title
+	s["description"] = pr.Message
+	if len(pr.DefaultValue) > 0 {
+		var d any
+		if json.Unmarshal(pr.DefaultValue, &d) == nil {
+			s["default"] = d
+		}
+	}
+	r := pr.Validation
+	if r == nil {
+		r = &Rules{}
+	}
+	switch pr.Type {
+	case PromptNumber:
+		s["type"] = "number"
+		if r.Integer {
+			s["type"] = "integer"
+		}
+		if r.Min != nil {
+			s["minimum"] = *r.Min
+		}
+		if r.Max != nil {
+			s["maximum"] = *r.Max
+		}
+	case PromptConfirm:
+		s["type"] = "boolean"
+	case PromptDate:
+		s["type"] = "string"
+		s["format"] = "date"
+	case PromptText:
+		s["type"] = "string"
+		if r.Min != nil {
+			s["minLength"] = int(*r.Min)
+		}
+		if r.Max != nil {
+			s["maxLength"] = int(*r.Max)
+		}
+		if elicitFormats[r.Format] {
+			s["format"] = r.Format
+		}
+	case PromptChoice:
+		var vals, names []string
+		kind := ""
+		for _, c := range pr.Choices {
+			var v any
+			_ = json.Unmarshal(c.Value, &v)
+			k := jsonKind(v)
+			if k == "integer" {
+				k = "number"
+			}
+			if kind == "" {
+				kind = k
+			} else if kind != k {
+				kind = "mixed"
+			}
+			if str, ok := v.(string); ok {
+				vals = append(vals, str)
+				names = append(names, c.Label)
+			}
+		}
+		switch kind {
+		case "string":
+			s["type"] = "string"
+			s["enum"] = vals
+			s["enumNames"] = names
+		case "number", "boolean":
+			s["type"] = kind
+			labels := make([]string, len(pr.Choices))
+			for i, c := range pr.Choices {
+				labels[i] = string(c.Value)
+			}
+			s["description"] = pr.Message + " Allowed: " + strings.Join(labels, ", ") + "."
+		default:
+			return nil, errNoForm(pr)
+		}
+	default:
+		return nil, errNoForm(pr)
+	}
+	return s, nil
+}
+
+func errNoForm(pr Prompt) *Error {
+	return newError(CodeNotInteractive, map[string]any{"property": pr.Property, "type": pr.Type},
+		"%q needs a %s answer, which an elicitation form cannot carry (forms hold only strings, numbers, booleans and string choices). "+
+			"Pass %q in the tool's arguments instead, or use interaction.start, whose custom prompts take any JSON value.",
+		pr.Property, pr.Type, pr.Property)
+}
