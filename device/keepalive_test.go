@@ -108,8 +108,16 @@ var fastKeepalive = KeepalivePolicy{Interval: 40 * time.Millisecond, Timeout: 60
 
 func attachAlive(t *testing.T, h *Hub, mac string, p KeepalivePolicy) (*board, *aliveLink, *Session) {
 	t.Helper()
+	return attachAliveCounting(t, h, mac, p, &gauge{})
+}
+
+// attachAliveCounting is attachAlive with the gauge that counts the link's
+// probes in flight (set before the session's keepalive can read it).
+func attachAliveCounting(t *testing.T, h *Hub, mac string, p KeepalivePolicy, probes *gauge) (*board, *aliveLink, *Session) {
+	t.Helper()
 	b, end := startBoard(t, twoTools)
 	l := newAliveLink(end, p)
+	l.probes = probes
 	s, err := h.Attach(l, Identity{DeviceID: mac, Transport: "test", HasMCP: true})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -224,8 +232,7 @@ func TestKeepaliveProbesAreBounded(t *testing.T) {
 	shared := &gauge{}
 	var links []*aliveLink
 	for _, mac := range []string{"aa:bb:cc:dd:ee:b1", "aa:bb:cc:dd:ee:b2", "aa:bb:cc:dd:ee:b3"} {
-		_, l, _ := attachAlive(t, h, mac, fastKeepalive)
-		l.probes = shared
+		_, l, _ := attachAliveCounting(t, h, mac, fastKeepalive, shared)
 		links = append(links, l)
 	}
 	for _, l := range links {
