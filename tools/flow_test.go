@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -517,4 +519,24 @@ func TestStatelessTokensSurviveRestart(t *testing.T) {
 	bad[len(bad)/2] ^= 1
 	_, err = flowGetState(t, other, string(bad))
 	requireRPCCode(t, err, flow.CodeSessionNotFound)
+}
+
+// TestInteractionMetrics: open interactions show in
+// devicebridge_interactions{state}.
+func TestInteractionMetrics(t *testing.T) {
+	b := startBridge(t, nil)
+	b.board(macC, "robot", simulator.Config{})
+	cs := b.flowSession(legacy, nil, nil)
+	_, err := flowStart(t, cs, upstreamName(macC, "self.audio_speaker.set_volume"), nil)
+	require.NoError(t, err)
+	metrics := "http://" + b.app.ControlAddr().String() + "/metrics"
+	require.Eventually(t, func() bool {
+		resp, err := b.http.Get(metrics)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `devicebridge_interactions{state="waiting_user"} 1`)
+	}, 10*time.Second, 10*time.Millisecond)
 }
