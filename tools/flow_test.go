@@ -540,3 +540,33 @@ func TestInteractionMetrics(t *testing.T) {
 		return strings.Contains(string(body), `devicebridge_interactions{state="waiting_user"} 1`)
 	}, 10*time.Second, 10*time.Millisecond)
 }
+
+// TestFlowCompactMode: in compact mode call_device_tool is flow-capable
+// too: interaction.start resolves it to the board tool it names, and a
+// dangerous tool behind it still needs confirmation.
+func TestFlowCompactMode(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.Compact = true
+		c.MCP.ShowUserOnlyTools = true
+	})
+	robot := b.board(macC, "robot", simulator.Config{})
+	cs := b.flowSession(legacy, nil, nil)
+	st, err := flowStart(t, cs, "call_device_tool",
+		map[string]any{"device": macC, "tool": "self.audio_speaker.set_volume", "arguments": map[string]any{}})
+	require.NoError(t, err)
+	require.NotNil(t, st.InitialPrompt)
+	assert.Equal(t, "volume", st.InitialPrompt.Property)
+	st, err = flowRespond(t, cs, st.SessionID, 12)
+	require.NoError(t, err)
+	assert.Equal(t, flow.StateCompleted, st.State)
+	assert.EqualValues(t, 12, robot.State()["audio_speaker.volume"])
+
+	_, err = flowStart(t, cs, "call_device_tool", map[string]any{"device": macC, "tool": "self.nope"})
+	je := requireRPCCode(t, err, flow.CodeValidationFailed)
+	assert.Contains(t, je.Message, "describe_device")
+
+	res := callTool(t, cs, "call_device_tool", map[string]any{"device": macC, "tool": "self.reboot"})
+	require.True(t, res.IsError)
+	assert.Contains(t, text(res), "needs the user's confirmation")
+	assert.Zero(t, robot.Stats().Reboots)
+}
