@@ -31,6 +31,7 @@ type Config struct {
 	Simulate      SimulateConfig `yaml:"simulate"`
 	MQTT          MQTTConfig     `yaml:"mqtt"`
 	MCP           MCPConfig      `yaml:"mcp"`
+	Flow          FlowConfig     `yaml:"flow"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -87,6 +88,7 @@ func Default() Config {
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
+		Flow:            defaultFlowConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -133,6 +135,11 @@ func (c Config) Validate() error {
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.MCP.Enabled {
+		if err := c.Flow.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
@@ -176,6 +183,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.Devices.CallTimeout, "call-timeout", cfg.Devices.CallTimeout, "default tools/call timeout (0 = 30s)")
 	registerMQTTFlags(fs, &cfg.MQTT)
 	registerMCPFlags(fs, &cfg.MCP)
+	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
 }
 

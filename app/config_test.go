@@ -23,3 +23,37 @@ func TestConfigFileFoundAfterOtherFlags(t *testing.T) {
 	_, err = app.ParseArgs("bridge", []string{"--version"})
 	require.ErrorIs(t, err, app.ErrVersion)
 }
+
+// TestFlowConfig: the flow: section has working defaults, the secret comes
+// from the flag or a file, and mistakes are refused with a way out.
+func TestFlowConfig(t *testing.T) {
+	cfg, err := app.ParseArgs("bridge", nil)
+	require.NoError(t, err)
+	assert.True(t, cfg.Flow.Enabled)
+	assert.Contains(t, cfg.Flow.Confirm, "self.reboot")
+
+	secret := "0123456789abcdef0123456789abcdef"
+	cfg, err = app.ParseArgs("bridge", []string{"--flow-secret", secret})
+	require.NoError(t, err)
+	assert.Equal(t, secret, cfg.Flow.Secret)
+
+	_, err = app.ParseArgs("bridge", []string{"--flow-secret", "short"})
+	require.ErrorContains(t, err, "flow.secret must be at least 32 bytes")
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bridge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("flow:\n  confirm: [\"self.[\"]\n"), 0o600))
+	_, err = app.ParseArgs("bridge", []string{"--config", path})
+	require.ErrorContains(t, err, "flow.confirm")
+
+	secretFile := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte(secret+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("flow:\n  secret_file: "+secretFile+"\n  timeout: 2m\n"), 0o600))
+	cfg, err = app.ParseArgs("bridge", []string{"--config", path})
+	require.NoError(t, err)
+	assert.Equal(t, "2m0s", cfg.Flow.Timeout.String())
+
+	// Off: nothing checked.
+	_, err = app.ParseArgs("bridge", []string{"--flow=false", "--flow-secret", "short"})
+	require.NoError(t, err)
+}

@@ -113,15 +113,22 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	if !c.Enabled {
 		return nil
 	}
+	var err error
 	log := a.log.Named("mcp")
 	opts := c.options(Version, a.cfg.Control.Tokens, log)
 	opts.Observer = a.Metrics
+	if opts.Flow, err = a.cfg.Flow.options(); err != nil {
+		return err
+	}
 	srv, err := tools.New(a.Hub, opts)
 	if err != nil {
 		return err
 	}
 	a.mcp = srv
 	a.Metrics.WatchMCPSessions(srv.SessionCount)
+	if a.cfg.Flow.Enabled {
+		a.Metrics.WatchInteractions(srv.InteractionCounts)
+	}
 	mux.Handle("/mcp", srv.Handler())
 	runCtx, cancel := context.WithCancel(ctx)
 	a.goOwned(func() { srv.Run(runCtx) })
@@ -131,6 +138,7 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	})
 	a.onDrain(cancel)
 	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", len(c.Tokens) > 0 || len(a.cfg.Control.Tokens) > 0),
-		zap.Bool("user_only_tools", c.ShowUserOnlyTools))
+		zap.Bool("user_only_tools", c.ShowUserOnlyTools), zap.Bool("flow", a.cfg.Flow.Enabled),
+		zap.Bool("flow_stateless", a.cfg.Flow.Enabled && (a.cfg.Flow.Secret != "" || a.cfg.Flow.SecretFile != "")))
 	return nil
 }

@@ -919,3 +919,26 @@ func (h *deadlines) Pop() any {
 	ent.index = -1
 	return ent
 }
+
+// Counts reports the interactions this engine knows now, by state, for
+// metrics. In stateful mode that is every interaction not yet expired
+// (open ones, and finished ones still readable with GetState); in
+// stateless mode the state travels with the caller, so only what this
+// replica holds is counted: answers being processed and interactions
+// finished here. Expired entries not yet swept are left out.
+func (e *Engine) Counts() map[State]int {
+	now := nowMS(e.now())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[State]int{}
+	for _, ent := range e.entries {
+		if ent.rec == nil {
+			continue
+		}
+		if !ent.rec.State.busy() && ent.deadline < now {
+			continue
+		}
+		out[ent.rec.State]++
+	}
+	return out
+}

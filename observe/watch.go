@@ -154,10 +154,10 @@ func (m *Metrics) WatchMCPSessions(count func() int) {
 	}
 }
 
-// WatchInteractions is the place kept for flow/ (interactions, a later
-// issue): it adds devicebridge_interactions{state}, read at scrape time
-// from states (interactions by state, e.g. prompting, confirming). States
-// must be a small fixed set. Nothing calls it yet.
+// WatchInteractions adds devicebridge_interactions{state}, read at scrape
+// time from states (interactions by state: the flow package's
+// waiting_user, processing, completed, cancelled, error). States must be a
+// small fixed set. The app calls it when interactions are on.
 func (m *Metrics) WatchInteractions(states func() map[string]int) {
 	if m.once("interactions") {
 		m.reg.MustRegister(&interactionsCollector{states: states})

@@ -19,7 +19,10 @@ type entry struct {
 	board    string
 	tool     device.Tool
 	userOnly bool
-	schema   *argcheck.Schema
+	// confirm: the tool needs the user's explicit yes before it runs
+	// (FlowOptions.Confirm, or annotated destructive).
+	confirm bool
+	schema  *argcheck.Schema
 	// schemaErr says why the board's schema was not understood (nil when
 	// it was).
 	schemaErr error
@@ -56,6 +59,10 @@ func emptyCatalog() *catalog {
 type catalogOptions struct {
 	aliases      map[string]string // normalized device id → alias
 	showUserOnly bool
+	// flow: interactions are on, so tools advertise them in _meta.
+	flow bool
+	// confirm decides which board tools need confirmation; nil: none.
+	confirm func(device.Tool) bool
 }
 
 // buildCatalog computes the upstream view from the Hub's devices. Boards
@@ -102,7 +109,7 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 				continue // a board listing a tool twice: keep the first
 			}
 			seen[t.Name] = true
-			e := newEntry(names.Names[toolRef{id, t.Name}], v, t)
+			e := newEntry(names.Names[toolRef{id, t.Name}], v, t, opts)
 			v.tools = append(v.tools, e)
 			c.byName[e.name] = e
 		}
@@ -110,20 +117,30 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 	return c
 }
 
-func newEntry(name string, v *deviceView, t device.Tool) *entry {
+func newEntry(name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
 	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly()}
+	e.confirm = opts.flow && opts.confirm != nil && opts.confirm(t)
 	e.schema, e.schemaErr = argcheck.Parse(t.InputSchema)
 	e.mcpTool = &mcp.Tool{
 		Name:        name,
 		Title:       fmt.Sprintf("%s on %s", strings.TrimPrefix(t.Name, "self."), v.alias),
-		Description: toolDescription(v, t),
+		Description: toolDescription(v, t, e.confirm),
 		InputSchema: e.schema.Published(),
 	}
+	meta := mcp.Meta{}
 	if e.userOnly {
 		// The board marks it as the user's; hosts that show tools to people
 		// can tell from the description, and the model is told to wait for
 		// an explicit request.
-		e.mcpTool.Meta = mcp.Meta{"devicebridge/audience": []string{"user"}}
+		meta["devicebridge/audience"] = []string{"user"}
+	}
+	if opts.flow {
+		// Flow-aware clients learn from the listing that interaction.start
+		// takes this tool, and whether it will end with a confirmation.
+		meta[metaFlow] = map[string]any{"interactive": true, "confirm": e.confirm}
+	}
+	if len(meta) > 0 {
+		e.mcpTool.Meta = meta
 	}
 	fp, _ := json.Marshal(e.mcpTool)
 	e.fingerprint = string(fp)
@@ -140,7 +157,7 @@ func boardLabel(v *deviceView) string {
 	return fmt.Sprintf("%q (%s, %s)", v.alias, board, v.info.DeviceID)
 }
 
-func toolDescription(v *deviceView, t device.Tool) string {
+func toolDescription(v *deviceView, t device.Tool, confirm bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Acts on board %s through its tool %s.", boardLabel(v), t.Name)
 	if d := strings.TrimSpace(t.Description); d != "" {
@@ -149,6 +166,11 @@ func toolDescription(v *deviceView, t device.Tool) string {
 	}
 	if t.UserOnly() {
 		b.WriteString(" [User-only tool: the board reserves it for people; call it only when the user explicitly asks for it.]")
+	}
+	if confirm {
+		// Said up front so that a model whose host cannot show the question
+		// asks the user itself instead of learning it from a refusal.
+		b.WriteString(" [Needs the user's confirmation: the bridge asks the user before running it; a client that cannot show questions must pass \"confirm\": true, and only after the user agreed.]")
 	}
 	return b.String()
 }

@@ -212,5 +212,5 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 		return errorResult("Board %s has no tool %q. Its tools are: %s. Call describe_device for their arguments.",
 			boardLabel(v), tool, strings.Join(names, ", "))
 	}
-	return s.call(ctx, req, e, args["arguments"])
+	return s.guardedCall(ctx, req, e, args["arguments"])
 }

@@ -143,7 +143,15 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	r = r.WithContext(ctx)
 
+	// The caller identity of interactions (flow.go): never what the client
+	// sent under that name.
+	r.Header.Del(headerCaller)
 	if isModern(r, info) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		r.Header.Set(headerCaller, statelessCaller(host, token))
 		h.stateless.ServeHTTP(w, r)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/flow"
 )
 
 // Defaults for Options fields left at zero.
@@ -95,6 +96,8 @@ type Options struct {
 	Logger *zap.Logger `yaml:"-"`
 	// Observer, when set, is told about every request received (metrics).
 	Observer Observer `yaml:"-"`
+	// Flow configures interactions (the app's flow: section).
+	Flow FlowOptions `yaml:"-"`
 }
 
 func (o *Options) fill() {
@@ -157,6 +160,7 @@ func (o Options) Validate() error {
 	if o.PageSize < 0 {
 		errs = append(errs, errors.New("mcp.page_size must not be negative"))
 	}
+	errs = append(errs, o.Flow.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -170,6 +174,12 @@ type Server struct {
 	http *frontHandler
 
 	cat atomic.Pointer[catalog]
+
+	// Interactions (flow.go); flow is nil when they are off.
+	flow        *flow.Engine
+	confirm     []string // lower-case patterns of tools that need confirmation
+	flowTimeout time.Duration
+	stateKey    []byte // signs requestStates
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
 	remembered map[string][]device.Tool
@@ -220,6 +230,15 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"list_devices shows the boards, describe_device shows one board's tools and their arguments, and " +
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	if !opts.Flow.Disabled {
+		// MCP Flow is not a standard capability; experimental is where
+		// both eras let a server advertise one (initialize and
+		// server/discover).
+		caps.Experimental = map[string]any{capFlow: flowCapabilities(len(opts.Flow.Secret) > 0)}
+		instructions += " Tools with missing or invalid arguments, and dangerous ones (reboot, firmware upgrade, Wi-Fi changes), " +
+			"ask the user through elicitation when the client supports it."
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: serverInfoName, Title: "devicebridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       sdkLogger(s.log.Named("sdk")),
@@ -227,7 +246,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		// Advertise tools with listChanged even while no board is
 		// connected, so clients subscribe from the start.
 		// (This is what the deprecated ServerOptions.HasTools did.)
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}},
+		Capabilities: caps,
 		// Session ids: 128 bits from the OS's cryptographic source.
 		GetSessionID: rand.Text,
 		// The tool list follows the boards: never cache it; and when
@@ -242,6 +261,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
 	if opts.Observer != nil {
 		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
+	}
+	if err := s.setupFlow(); err != nil {
+		return nil, err
 	}
 	if opts.Compact {
 		s.addCompactTools()
@@ -281,6 +303,9 @@ func (s *Server) Run(ctx context.Context) {
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
+	if s.flow != nil {
+		s.flow.Close()
+	}
 	var wg sync.WaitGroup
 	for ss := range s.mcp.Sessions() {
 		wg.Add(1)
@@ -307,7 +332,8 @@ func (s *Server) Sync() {
 			delete(s.remembered, id)
 		}
 	}
-	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools})
+	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools,
+		flow: s.flow != nil, confirm: s.needsConfirm})
 	old := s.cat.Swap(cur)
 	removed, added := diff(old, cur)
 	for _, e := range added {
@@ -418,7 +444,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 // toolHandler runs a published board tool.
 func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return s.call(ctx, req, e, req.Params.Arguments), nil
+		return s.guardedCall(ctx, req, e, req.Params.Arguments), nil
 	}
 }
 

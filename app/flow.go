@@ -1,0 +1,106 @@
+package app
+
+// This file is the flow: section of the config (interactions: MCP Flow
+// methods and the guided tools/call path of the upstream MCP server) and
+// its flags. The server itself is in package tools (flow.go, flowcall.go).
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/tools"
+)
+
+// FlowConfig configures interactions on /mcp.
+type FlowConfig struct {
+	// Enabled turns on MCP Flow methods and guided tools/call
+	// (elicitation, MRTR, confirmation). Default true.
+	Enabled bool `yaml:"enabled"`
+	// Timeout is the inactivity timeout of an interaction (and the life of
+	// a tools/call requestState).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxPerCaller bounds a caller's open interactions; MaxPrompts the
+	// prompts of one interaction (refused answers count); MaxDuration an
+	// interaction's whole life. Negative: no limit.
+	MaxPerCaller int           `yaml:"max_per_caller"`
+	MaxPrompts   int           `yaml:"max_prompts"`
+	MaxDuration  time.Duration `yaml:"max_duration"`
+	// Confirm lists the board tools (path.Match patterns on the board's
+	// tool name, case-insensitive) that need the user's confirmation;
+	// tools annotated destructiveHint:true always do.
+	Confirm []string `yaml:"confirm"`
+	// Secret (≥ 32 bytes) makes interactions stateless: their state
+	// travels signed in the sessionId, so a restart or another replica
+	// with the same secret continues them. SecretFile reads it from a
+	// file instead (trailing newline ignored), to keep it out of the
+	// config.
+	Secret     string `yaml:"secret"`
+	SecretFile string `yaml:"secret_file"`
+}
+
+func defaultFlowConfig() FlowConfig {
+	return FlowConfig{
+		Enabled:      true,
+		Timeout:      flow.DefaultTimeout,
+		MaxPerCaller: flow.DefaultMaxPerOwner,
+		MaxPrompts:   flow.DefaultMaxPrompts,
+		MaxDuration:  flow.DefaultMaxDuration,
+		Confirm:      append([]string(nil), tools.DefaultConfirmTools...),
+	}
+}
+
+func (c FlowConfig) validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	var errs []error
+	if c.Timeout < 0 {
+		errs = append(errs, errors.New("flow.timeout must not be negative (e.g. 5m)"))
+	}
+	if c.Secret != "" && c.SecretFile != "" {
+		errs = append(errs, errors.New("flow: give secret or secret_file, not both"))
+	}
+	if c.SecretFile != "" {
+		if _, err := os.Stat(c.SecretFile); err != nil {
+			errs = append(errs, errors.New("flow.secret_file: "+err.Error()))
+		}
+	}
+	o, err := c.options()
+	if err != nil {
+		errs = append(errs, err)
+	} else if err := (tools.Options{Flow: o}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// options maps the section onto tools.FlowOptions.
+func (c FlowConfig) options() (tools.FlowOptions, error) {
+	o := tools.FlowOptions{Disabled: !c.Enabled, Timeout: c.Timeout, MaxPerOwner: c.MaxPerCaller,
+		MaxPrompts: c.MaxPrompts, MaxDuration: c.MaxDuration, Confirm: c.Confirm}
+	if o.Confirm == nil {
+		o.Confirm = []string{} // an explicit empty list in the file: destructive-annotated tools only
+	}
+	secret := c.Secret
+	if c.SecretFile != "" {
+		data, err := os.ReadFile(c.SecretFile)
+		if err != nil {
+			return o, errors.New("flow.secret_file: " + err.Error())
+		}
+		secret = strings.TrimRight(string(data), "\r\n")
+	}
+	if secret != "" {
+		o.Secret = []byte(secret)
+	}
+	return o, nil
+}
+
+func registerFlowFlags(fs *flag.FlagSet, c *FlowConfig) {
+	fs.BoolVar(&c.Enabled, "flow", c.Enabled, "guide tool calls with missing arguments or needing confirmation (elicitation, MRTR) and serve interaction.* on /mcp")
+	fs.StringVar(&c.Secret, "flow-secret", c.Secret, "secret (≥32 bytes) for stateless interaction tokens: a restart or another replica can continue them")
+	fs.DurationVar(&c.Timeout, "flow-timeout", c.Timeout, "inactivity timeout of an interaction")
+}
