@@ -3,17 +3,20 @@
 // nothing about boards, MCP transports or HTTP. It takes a tool's input
 // schema and a function that executes it (Tool), and owns:
 //
-//   - reading input schemas with github.com/google/jsonschema-go (each
-//     distinct schema resolved once) and validating arguments with it,
-//     with the firmware's rules and a teaching layer on top: integers are
-//     whole int32 values, a value of the wrong type is refused (a board
-//     would treat it as absent and silently use a default), and every
-//     refusal says what to send instead, with an example;
-//   - turning schemas into prompts (Appendix A of the spec): integer and
-//     number → number (validation min/max), boolean → confirm, enum →
-//     choice, string with format date → date, other strings → text
-//     (pattern, min/max length), anything else → custom; defaults become
-//     defaultValue. One prompt per required property that is missing or
+//   - validating arguments and answers with internal/argcheck, the
+//     bridge's one validator (the same verdict and wording as a plain
+//     tools/call or the control API): github.com/google/jsonschema-go
+//     reads each distinct schema once (cached here) and gives the
+//     verdict, with the firmware's rules and a teaching layer on top:
+//     integers are whole int32 values, a value of the wrong type is
+//     refused (a board would treat it as absent and silently use a
+//     default), and every refusal says what to send instead, with an
+//     example. The engine adds a size limit on each value;
+//   - turning argcheck's properties into prompts (Appendix A of the
+//     spec): integer and number → number (validation min/max), boolean →
+//     confirm, enum → choice, string with format date → date, other
+//     strings → text (pattern, min/max length), anything else → custom;
+//     defaults become defaultValue. One prompt per required property that is missing or
 //     invalid; optional ones only when the tool has no required ones and
 //     the caller asked for guidance (StartOptions.Guided). Tools with
 //     Confirm end with a confirmation prompt; declining cancels with

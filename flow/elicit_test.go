@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,7 @@ func TestElicitSchema(t *testing.T) {
 	for dec.More() {
 		tok, _ := dec.Token()
 		if tok == "properties" {
-			order = memberNames(mustRaw(dec))
+			order, _, _ = argcheck.Split(mustRaw(dec))
 		} else {
 			mustRaw(dec)
 		}

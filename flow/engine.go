@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // Lookup resolves a tool by name. The engine calls it at Start and again
@@ -254,7 +256,7 @@ func (e *Engine) Start(ctx context.Context, owner, toolName string, initial json
 	if e.maxPrompts > 0 && need > e.maxPrompts {
 		return nil, newError(CodeInvalidStateTransition, map[string]any{"tool": toolName, "limit": "maxPrompts", "needed": need},
 			"%s would need %d prompts, more than the %d one interaction may show. Pass more of its arguments in initialParams (it takes %s), or call it directly with tools/call.",
-			toolName, need, e.maxPrompts, loadSchema(tool.InputSchema).argList())
+			toolName, need, e.maxPrompts, loadSchema(tool.InputSchema).ArgList())
 	}
 
 	var ent *entry
@@ -560,9 +562,9 @@ func (e *Engine) commit(owner string, ent *entry, work *record, step *Step, err 
 // answer handles an answer to work's open prompt (work is private).
 func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value json.RawMessage) (*Step, error) {
 	si := loadSchema(tool.InputSchema)
-	if si.err != nil {
+	if si.Err() != nil {
 		work.State = StateError
-		return nil, errBadSchema(tool.Name, si.err)
+		return nil, errBadSchema(tool.Name, si.Err())
 	}
 	now := nowMS(e.now())
 	work.Last = now
@@ -574,7 +576,7 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 		value = json.RawMessage(fmt.Sprintf("%q", fmt.Sprintf("(%d bytes, cut)", len(value))))
 	}
 	cur := work.Current
-	turn := Turn{TurnID: len(work.History), Prompt: cur, Response: Response{Value: compact(value)}, Timestamp: now}
+	turn := Turn{TurnID: len(work.History), Prompt: cur, Response: Response{Value: argcheck.Compact(value)}, Timestamp: now}
 	if cur == nil {
 		work.State = StateError
 		return nil, newError(CodeInvalidStateTransition, map[string]any{}, "The interaction has no open prompt. Start a new one.")
@@ -584,8 +586,8 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 		work.History = append(work.History, turn)
 		again := *cur
 		again.Error, again.Suggestion = pr.Error, pr.Suggestion
-		if p := si.by[cur.Property]; p != nil && cur.Property != "" {
-			again = p.prompt()
+		if p := si.Prop(cur.Property); p != nil && cur.Property != "" {
+			again = prompt(p)
 			again.Error, again.Suggestion = pr.Error, pr.Suggestion
 		}
 		step, err := e.present(tool, work, again)
@@ -605,7 +607,7 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 	if cur.Property == "" { // the confirmation
 		yes, ok := parseConfirm(value)
 		if !ok {
-			return refuse(Problem{Error: "the confirmation must be true or false, but got " + describeValue(value),
+			return refuse(Problem{Error: "the confirmation must be true or false, but got " + argcheck.DescribeValue(value),
 				Suggestion: "Answer true to run " + tool.Name + ", or false to cancel without running anything."})
 		}
 		accept()
@@ -623,10 +625,10 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 
 	name := cur.Property
 	undo := work.clone()
-	if p := si.by[name]; p != nil {
-		v, set, pr := p.answer(value)
+	if p := si.Prop(name); p != nil {
+		v, set, pr := answer(p, value)
 		if pr != nil {
-			return refuse(Problem{Property: name, Error: pr.err, Suggestion: pr.suggestion})
+			return refuse(issue(pr))
 		}
 		if set {
 			work.Args[name] = v
@@ -639,7 +641,7 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 	delete(work.Issues, name)
 	e.replan(si, work)
 	if len(work.Pending) == 0 {
-		if err := si.objectCheck(tool.Name, work.Args); err != nil {
+		if err := objectCheck(tool.Name, si, work.Args); err != nil {
 			var fe *Error
 			msg := err.Error()
 			if errors.As(err, &fe) {
@@ -657,31 +659,31 @@ func (e *Engine) answer(ctx context.Context, tool *Tool, work *record, value jso
 // replan re-checks the accumulated arguments against the tool's current
 // schema: values that became invalid are asked again, required properties
 // that appeared are added, and properties that disappeared are dropped.
-func (e *Engine) replan(si *schemaInfo, work *record) {
+func (e *Engine) replan(si *argcheck.Schema, work *record) {
 	var keep []string
 	for _, name := range work.Pending {
-		if _, ok := si.by[name]; ok {
+		if si.Prop(name) != nil {
 			keep = append(keep, name)
 		}
 	}
 	work.Pending = keep
-	for _, p := range si.props {
-		if slices.Contains(work.Pending, p.name) {
+	for _, p := range si.Props() {
+		if slices.Contains(work.Pending, p.Name) {
 			continue
 		}
-		raw, ok := work.Args[p.name]
+		raw, ok := work.Args[p.Name]
 		switch {
 		case ok:
-			if pr := p.check(raw); pr != nil {
-				delete(work.Args, p.name)
-				work.Pending = append(work.Pending, p.name)
+			if pr := check(p, raw); pr != nil {
+				delete(work.Args, p.Name)
+				work.Pending = append(work.Pending, p.Name)
 				if work.Issues == nil {
 					work.Issues = map[string]Problem{}
 				}
-				work.Issues[p.name] = Problem{Property: p.name, Error: pr.err, Suggestion: pr.suggestion}
+				work.Issues[p.Name] = issue(pr)
 			}
-		case p.required:
-			work.Pending = append(work.Pending, p.name)
+		case p.Required:
+			work.Pending = append(work.Pending, p.Name)
 		}
 	}
 }
@@ -696,8 +698,8 @@ func (e *Engine) next(ctx context.Context, tool *Tool, work *record, v *Validati
 	case len(work.Pending) > 0:
 		name := work.Pending[0]
 		var pr Prompt
-		if p := si.by[name]; p != nil {
-			pr = p.prompt()
+		if p := si.Prop(name); p != nil {
+			pr = prompt(p)
 		} else {
 			pr = Prompt{Type: PromptCustom, Property: name, Message: name + ": give a JSON value."}
 		}
@@ -728,7 +730,7 @@ func (e *Engine) present(tool *Tool, work *record, pr Prompt) (*Step, error) {
 		return nil, newError(CodeInvalidStateTransition, map[string]any{"state": StateError, "limit": "maxPrompts"},
 			"This interaction has shown %d prompts, the most allowed, and has ended without running %s. "+
 				"Start a new one and pass the values you know in initialParams, for example %s.",
-			work.Turns, tool.Name, si.example(work.Args))
+			work.Turns, tool.Name, si.Example(work.Args))
 	}
 	work.Turns++
 	work.State = StateWaitingUser

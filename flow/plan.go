@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // Tool is what the engine needs to run one tool: its input schema and a
@@ -97,8 +97,8 @@ func (p *Plan) Asks() []Prompt {
 // across arguments).
 func (t *Tool) Plan(args json.RawMessage, guided bool) (*Plan, error) {
 	si := loadSchema(t.InputSchema)
-	if si.err != nil {
-		return nil, errBadSchema(t.Name, si.err)
+	if si.Err() != nil {
+		return nil, errBadSchema(t.Name, si.Err())
 	}
 	given, err := decodeArgs(t.Name, si, args)
 	if err != nil {
@@ -109,28 +109,29 @@ func (t *Tool) Plan(args json.RawMessage, guided bool) (*Plan, error) {
 	for k, v := range given {
 		good[k] = v
 	}
-	askOptional := guided && !si.hasRequired
-	for _, prop := range si.props {
-		raw, ok := given[prop.name]
+	askOptional := guided && !si.HasRequired()
+	for _, prop := range si.Props() {
+		raw, ok := given[prop.Name]
 		if ok {
-			pr := prop.check(raw)
+			pr := check(prop, raw)
 			if pr == nil {
 				continue
 			}
-			delete(good, prop.name)
-			p.Problems = append(p.Problems, Problem{Property: prop.name, Error: pr.err, Suggestion: pr.suggestion})
-			q := prop.prompt()
-			q.Error, q.Suggestion = pr.err, pr.suggestion
+			delete(good, prop.Name)
+			is := issue(pr)
+			p.Problems = append(p.Problems, is)
+			q := prompt(prop)
+			q.Error, q.Suggestion = is.Error, is.Suggestion
 			p.Prompts = append(p.Prompts, q)
 			continue
 		}
-		if prop.required || askOptional {
-			p.Prompts = append(p.Prompts, prop.prompt())
+		if prop.Required || askOptional {
+			p.Prompts = append(p.Prompts, prompt(prop))
 		}
 	}
 	p.Args = encodeArgs(good)
 	if len(p.Prompts) == 0 {
-		if err := si.objectCheck(t.Name, good); err != nil {
+		if err := objectCheck(t.Name, si, good); err != nil {
 			return nil, err
 		}
 	}
@@ -152,7 +153,7 @@ func (t *Tool) Answer(p *Plan, answers map[string]json.RawMessage) (*Plan, error
 	var confirm json.RawMessage
 	for k, v := range answers {
 		if k == ConfirmField && p.Confirm != nil {
-			if _, declared := loadSchema(t.InputSchema).by[k]; !declared {
+			if loadSchema(t.InputSchema).Prop(k) == nil {
 				confirm = v
 				continue
 			}
@@ -172,7 +173,7 @@ func (t *Tool) Answer(p *Plan, answers map[string]json.RawMessage) (*Plan, error
 		switch {
 		case !ok:
 			c := *next.Confirm
-			c.Error = fmt.Sprintf("the confirmation must be true or false, but got %s", describeValue(confirm))
+			c.Error = fmt.Sprintf("the confirmation must be true or false, but got %s", argcheck.DescribeValue(confirm))
 			c.Suggestion = "Answer true to run " + t.Name + ", or false to cancel."
 			next.Confirm = &c
 		case yes && len(next.Prompts) == 0:
@@ -187,10 +188,10 @@ func (t *Tool) Answer(p *Plan, answers map[string]json.RawMessage) (*Plan, error
 // Merge returns args (a JSON object; empty or null for none) with answers
 // applied: each answer sets its property, and a null answer removes it.
 func Merge(args json.RawMessage, answers map[string]json.RawMessage) (json.RawMessage, error) {
-	keys, vals, err := membersOrEmpty(args)
-	if err != nil {
+	keys, vals, bad := argcheck.Split(args)
+	if bad != nil {
 		return nil, newError(CodeValidationFailed, nil,
-			"The arguments to merge into must be a JSON object like {\"volume\": 40}, but: %v. Pass {} when there are none.", err)
+			"The arguments to merge into must be a JSON object like {\"volume\": 40}, but: %s. Pass {} when there are none.", bad.Msg)
 	}
 	m := make(map[string]json.RawMessage, len(keys)+len(answers))
 	for i, k := range keys {
@@ -206,49 +207,27 @@ func Merge(args json.RawMessage, answers map[string]json.RawMessage) (json.RawMe
 			return nil, newError(CodeValidationFailed, map[string]any{"property": k},
 				"The answer for %q is not valid JSON. Send a JSON value, for example 40, true or \"text\".", k)
 		}
-		m[k] = compact(v)
+		m[k] = argcheck.Compact(v)
 	}
 	return encodeArgs(m), nil
 }
 
-func membersOrEmpty(raw json.RawMessage) ([]string, []json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil, nil
-	}
-	return members(raw)
-}
-
 // decodeArgs splits the initial arguments into properties, refusing what
 // prompting cannot fix.
-func decodeArgs(tool string, si *schemaInfo, args json.RawMessage) (map[string]json.RawMessage, error) {
-	keys, vals, err := membersOrEmpty(args)
-	if err != nil {
-		var msg string
-		switch {
-		case errors.Is(err, errDuplicate):
-			msg = "an argument is given twice (" + strings.TrimPrefix(err.Error(), errDuplicate.Error()+": ") + "); give each argument once"
-		case errors.Is(err, errNotObject):
-			msg = "the arguments must be a JSON object of named values, got " + describeValue(args)
-		default:
-			msg = "the arguments are not valid JSON (" + err.Error() + ")"
-		}
+func decodeArgs(tool string, si *argcheck.Schema, args json.RawMessage) (map[string]json.RawMessage, error) {
+	keys, vals, bad := argcheck.Split(args)
+	if bad != nil {
 		return nil, newError(CodeValidationFailed, map[string]any{"tool": tool},
-			"Invalid arguments for %s: %s. Send them as an object, for example %s, or {} to be asked for each one.", tool, msg, si.example(nil))
+			"Invalid arguments for %s: %s. Send them as an object, for example %s, or {} to be asked for each one.", tool, bad.Msg, si.Example(nil))
 	}
 	given := make(map[string]json.RawMessage, len(keys))
 	var problems []Problem
 	for i, k := range keys {
-		if _, ok := si.by[k]; !ok && !si.extra {
-			msg := fmt.Sprintf("unknown argument %q", k)
-			if guess := si.closest(k); guess != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", guess)
-			}
-			problems = append(problems, Problem{Property: k, Error: msg,
-				Suggestion: "Remove it; " + tool + " takes " + si.argList() + "."})
+		if pr := si.Unknown(k); pr != nil {
+			problems = append(problems, issue(pr))
 			continue
 		}
-		given[k] = compact(vals[i])
+		given[k] = argcheck.Compact(vals[i])
 	}
 	if len(problems) > 0 {
 		return nil, problemsError(tool, si, problems, given)
@@ -256,36 +235,23 @@ func decodeArgs(tool string, si *schemaInfo, args json.RawMessage) (map[string]j
 	return given, nil
 }
 
-// objectCheck runs jsonschema-go on the whole argument object, for the
-// constraints that no single property carries (additionalProperties,
-// allOf, dependentRequired...).
-func (si *schemaInfo) objectCheck(tool string, args map[string]json.RawMessage) error {
-	if si.root == nil {
-		return nil
-	}
-	obj := map[string]any{}
-	for k, raw := range args {
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return newError(CodeValidationFailed, map[string]any{"tool": tool, "property": k},
-				"The value for %q is not valid JSON. Send a JSON value such as %s.", k, si.example(nil))
-		}
-		obj[k] = v
-	}
-	if err := safeValidate(si.root, obj); err != nil {
-		return problemsError(tool, si, []Problem{{Error: libraryReason(err),
-			Suggestion: "Change the arguments so that together they satisfy the tool's schema."}}, args)
+// objectCheck runs the schema's verdict on the whole argument object, for
+// the constraints that no single property carries (allOf,
+// dependentRequired...).
+func objectCheck(tool string, si *argcheck.Schema, args map[string]json.RawMessage) error {
+	if pr := si.CheckObject(args); pr != nil {
+		return problemsError(tool, si, []Problem{issue(pr)}, args)
 	}
 	return nil
 }
 
-func problemsError(tool string, si *schemaInfo, problems []Problem, keep map[string]json.RawMessage) *Error {
+func problemsError(tool string, si *argcheck.Schema, problems []Problem, keep map[string]json.RawMessage) *Error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Invalid arguments for %s; nothing was run.", tool)
 	for _, p := range problems {
 		b.WriteString(" " + p.Error + ".")
 	}
-	fmt.Fprintf(&b, " %s takes %s. Start again with initialParams like %s.", tool, si.argList(), si.example(keep))
+	fmt.Fprintf(&b, " %s takes %s. Start again with initialParams like %s.", tool, si.ArgList(), si.Example(keep))
 	return newError(CodeValidationFailed, map[string]any{"tool": tool, "problems": problems}, "%s", b.String())
 }
 
@@ -306,109 +272,27 @@ func encodeArgs(m map[string]json.RawMessage) json.RawMessage {
 	return b
 }
 
-// example renders an argument object that would pass: the values in keep,
-// plus an example for each required property still missing.
-func (si *schemaInfo) example(keep map[string]json.RawMessage) string {
-	var parts []string
-	for _, p := range si.props {
-		v, ok := keep[p.name]
-		if ok && p.check(v) != nil {
-			ok = false
-		}
-		if !ok {
-			if !p.required {
-				continue
-			}
-			v = json.RawMessage(p.example())
-		}
-		k, _ := json.Marshal(p.name)
-		parts = append(parts, string(k)+": "+string(v))
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-// argList describes the accepted arguments.
-func (si *schemaInfo) argList() string {
-	if len(si.props) == 0 {
-		return "no arguments"
-	}
-	parts := make([]string, len(si.props))
-	for i, p := range si.props {
-		extra := "optional"
-		switch {
-		case p.required:
-			extra = "required"
-		case len(p.def) > 0:
-			extra = "optional, default " + string(p.def)
-		}
-		parts[i] = fmt.Sprintf("%q (%s, %s)", p.name, p.describe, extra)
-	}
-	return strings.Join(parts, "; ")
-}
-
-// closest finds the declared property an unknown name probably meant.
-func (si *schemaInfo) closest(name string) string {
-	best, bestDist := "", 3
-	names := make([]string, 0, len(si.props))
-	for _, p := range si.props {
-		names = append(names, p.name)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if strings.EqualFold(n, name) {
-			return n
-		}
-		if d := editDistance(strings.ToLower(n), strings.ToLower(name)); d < bestDist {
-			best, bestDist = n, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// answer turns an answer to a property's prompt into the value to store:
+// answer turns an answer to p's prompt into the value to store:
 // null or nothing takes the default, or skips an optional property (set
 // is false); anything else must pass check.
-func (p *property) answer(raw json.RawMessage) (v json.RawMessage, set bool, pr *problem) {
+func answer(p *argcheck.Prop, raw json.RawMessage) (v json.RawMessage, set bool, pr *argcheck.Problem) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		if p.allows("null") && len(p.def) == 0 && p.required {
+		if p.Allows("null") && len(p.Default) == 0 && p.Required {
 			return json.RawMessage("null"), true, nil
 		}
 		switch {
-		case len(p.def) > 0:
-			return p.def, true, nil
-		case !p.required:
+		case len(p.Default) > 0:
+			return p.Default, true, nil
+		case !p.Required:
 			return nil, false, nil
 		}
-		return nil, false, p.fail(fmt.Sprintf("an answer for %q is required", p.name), "")
+		return nil, false, p.Refuse(fmt.Sprintf("an answer for %q is required", p.Name), "")
 	}
-	if pr := p.check(raw); pr != nil {
+	if pr := check(p, raw); pr != nil {
 		return nil, false, pr
 	}
-	return compact(raw), true, nil
+	return argcheck.Compact(raw), true, nil
 }
 
 // parseConfirm reads a confirmation answer: true or false; null (no

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // PromptType is the kind of answer a prompt asks for (spec Appendix A).
@@ -71,67 +73,65 @@ type Progress struct {
 }
 
 // prompt builds the question for a property.
-func (p *property) prompt() Prompt {
-	pr := Prompt{Property: p.name, DefaultValue: p.def}
-	rules := &Rules{Required: p.required}
-	what := p.describe
+func prompt(p *argcheck.Prop) Prompt {
+	pr := Prompt{Property: p.Name, DefaultValue: p.Default}
+	rules := &Rules{Required: p.Required}
+	what := p.Describe
 	switch {
-	case len(p.enum) > 0:
+	case len(p.Enum) > 0:
 		pr.Type = PromptChoice
-		for i, e := range p.enum {
-			pr.Choices = append(pr.Choices, Choice{Value: e, Label: p.labels[i]})
+		for i, e := range p.Enum {
+			pr.Choices = append(pr.Choices, Choice{Value: e, Label: p.Labels[i]})
 		}
-		what = "choose one of " + p.choiceList()
-	case p.typ == "integer" || p.typ == "number":
+		what = "choose one of " + p.Choices()
+	case p.Type == "integer" || p.Type == "number":
 		pr.Type = PromptNumber
-		rules.Min, rules.Max = p.lo, p.hi
-		if p.typ == "integer" {
-			rules.Integer = true
-			// Bounds that are only int32's, not the schema's, are not
-			// worth showing (they are still enforced).
-			if p.schema.Minimum == nil && p.schema.ExclusiveMinimum == nil {
-				rules.Min = nil
-			}
-			if p.schema.Maximum == nil && p.schema.ExclusiveMaximum == nil {
-				rules.Max = nil
-			}
+		// The schema's bounds (narrowed to int32 for integers); bounds
+		// that are only int32's are not worth showing (they are still
+		// enforced).
+		rules.Min, rules.Max = p.Min, p.Max
+		rules.Integer = p.Type == "integer"
+		if rest, ok := strings.CutPrefix(what, "an integer"); ok {
+			// Prompts are read by people: "a whole number from 0 to
+			// 100" rather than the schema's word.
+			what = "a whole number" + rest
 		}
-	case p.typ == "boolean":
+	case p.Type == "boolean":
 		pr.Type = PromptConfirm
 		what = "answer true or false"
-	case p.typ == "string" && p.format == "date":
+	case p.Type == "string" && p.Format == "date":
 		pr.Type = PromptDate
-		rules.Format = p.format
+		rules.Format = p.Format
 		pr.Placeholder = "YYYY-MM-DD"
-	case p.typ == "string":
+	case p.Type == "string":
 		pr.Type = PromptText
-		rules.Pattern = p.pattern
-		rules.Format = p.format
-		if p.minLen != nil {
-			f := float64(*p.minLen)
+		rules.Pattern = p.Pattern
+		rules.Format = p.Format
+		if p.MinLen != nil {
+			f := float64(*p.MinLen)
 			rules.Min = &f
 		}
-		if p.maxLen != nil {
-			f := float64(*p.maxLen)
+		if p.MaxLen != nil {
+			f := float64(*p.MaxLen)
 			rules.Max = &f
 		}
 	default:
 		pr.Type = PromptCustom
-		what = "give " + p.describe + " as JSON"
+		what = "give " + p.Describe + " as JSON"
 	}
 	if *rules != (Rules{}) {
 		pr.Validation = rules
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", p.label(), what)
-	if len(p.def) > 0 {
-		fmt.Fprintf(&b, " (default %s)", p.def)
-	} else if !p.required {
+	fmt.Fprintf(&b, "%s: %s", label(p), what)
+	if len(p.Default) > 0 {
+		fmt.Fprintf(&b, " (default %s)", p.Default)
+	} else if !p.Required {
 		b.WriteString(" (optional; answer null to skip)")
 	}
 	b.WriteString(".")
-	if p.descr != "" {
-		b.WriteString(" " + p.descr)
+	if p.Description != "" {
+		b.WriteString(" " + p.Description)
 	}
 	pr.Message = b.String()
 	return pr
@@ -274,7 +274,7 @@ func elicitProperty(pr Prompt) (map[string]any, error) {
 		for _, c := range pr.Choices {
 			var v any
 			_ = json.Unmarshal(c.Value, &v)
-			k := jsonKind(v)
+			k := argcheck.Kind(v)
 			if k == "integer" {
 				k = "number"
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -277,4 +278,19 @@ func TestSchemaCacheResolvesOnce(t *testing.T) {
 	b := loadSchema(raw(" " + volumeSchema + "\n"))
 	assert.Same(t, a, b)
 	assert.NotSame(t, a, loadSchema(raw(themeSchema)))
+}
+
+// TestSameVerdictAsToolsCall: an interaction and a plain tools/call (or
+// control-API call) judge and word the same arguments the same way: both
+// run internal/argcheck.
+func TestSameVerdictAsToolsCall(t *testing.T) {
+	for _, args := range []string{`{"volume":150}`, `{"volume":"loud"}`, `{"volume":50.7}`, `{"volume":3000000000}`} {
+		s, err := argcheck.Parse(raw(volumeSchema))
+		require.NoError(t, err)
+		_, bad := s.Validate(raw(args))
+		require.NotNil(t, bad, args)
+		p := plan(t, volumeSchema, args, false)
+		require.Len(t, p.Problems, 1, args)
+		assert.Equal(t, bad.Problems[0].Msg, p.Problems[0].Error, args)
+	}
 }

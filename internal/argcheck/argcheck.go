@@ -1,8 +1,11 @@
-// Package argcheck checks a call's arguments against a board tool's input
-// schema before the board sees them, and explains what to change: the
-// problem with each argument, the accepted arguments, and an example call
-// that would pass. The device layer runs it for every caller (the control
-// API, /mcp), so there is one validation path and one wording.
+// Package argcheck is the one argument validator of the bridge: it reads a
+// board tool's input schema with github.com/google/jsonschema-go, checks a
+// call's arguments with it before the board sees them, and explains what
+// to change: the problem with each argument, the accepted arguments, and
+// an example call that would pass. The device layer runs it for every
+// caller (the control API, /mcp), and the interaction engine (flow/)
+// builds its prompts and plans on its Schema and Prop, so there is one
+// validation path and one wording.
 package argcheck
 
 import (
@@ -12,9 +15,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // The firmware declares arguments of three types only (boolean, integer,
@@ -25,6 +28,15 @@ import (
 // argument against the declared schema before the board sees the call and
 // explains what to change, rather than letting a mistyped value turn into
 // a default.
+//
+// jsonschema-go gives the verdict on each value and on the whole object.
+// On top of it stand the firmware's rules, which no schema states:
+// integers are whole int32 values (boards keep them in a C int), and
+// arguments the schema does not declare are refused unless
+// additionalProperties allows them (a board would ignore them silently).
+// Strings declared with format date or date-time must be such (the
+// library records format without checking it). Then the teaching layer
+// words every refusal.
 
 // int32 bounds: boards keep integer arguments in a C int.
 const (
@@ -32,45 +44,43 @@ const (
 	maxBoardInt = math.MaxInt32
 )
 
-// Schema is a board tool's input schema, parsed for Invalid.
+// Schema is a board tool's input schema, parsed for Validate.
 type Schema struct {
-	props  []*propSchema // declaration order
-	byName map[string]*propSchema
+	root   *jsonschema.Resolved
+	props  []*Prop // declaration order
+	byName map[string]*Prop
 	// extra is true when the schema allows undeclared arguments
 	// (additionalProperties true or a schema).
 	extra bool
 	// published is the schema sent upstream: the board's own, unless it
 	// had to be repaired into an object schema.
 	published json.RawMessage
-	// unchecked is set when the board's schema could not be understood;
-	// arguments are then passed through as long as they form an object.
+	// unchecked is set when the board's schema could not be understood
+	// (err says why); arguments are then passed through as long as they
+	// form an object.
 	unchecked bool
-}
-
-// propSchema is one declared argument. Only the keywords the bridge checks
-// are kept; others are published but not enforced.
-type propSchema struct {
-	name      string
-	types     []string // empty means any type
-	def       json.RawMessage
-	min, max  *float64
-	exclMin   *float64
-	exclMax   *float64
-	minLen    *int
-	maxLen    *int
-	enum      []json.RawMessage
-	required  bool
-	describes string // short human description, e.g. "integer 0..100"
+	err       error
 }
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // Parse reads a board tool's inputSchema. It never fails: a schema it
-// cannot understand is replaced by an empty object schema with Invalid
-// reduced to "arguments form an object", and the reason is returned so the
-// caller can log it.
-func Parse(raw json.RawMessage) (*Schema, error) {
-	s := &Schema{byName: map[string]*propSchema{}}
+// cannot understand (not an object schema, or one jsonschema-go cannot
+// read or resolve) is replaced by an empty object schema with Validate
+// reduced to "arguments form an object", and the reason is returned (and
+// kept, see Err) so the caller can log it.
+func Parse(raw json.RawMessage) (s *Schema, err error) {
+	s = &Schema{byName: map[string]*Prop{}}
+	fail := func(err error) (*Schema, error) {
+		return &Schema{byName: map[string]*Prop{}, published: emptyObjectSchema, unchecked: true, err: err}, err
+	}
+	defer func() {
+		// jsonschema-go is not fuzzed against every odd schema; a panic
+		// there must not take the bridge down.
+		if r := recover(); r != nil {
+			s, err = fail(fmt.Errorf("the schema library failed on the input schema: %v", r))
+		}
+	}()
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		s.published = emptyObjectSchema
@@ -78,60 +88,46 @@ func Parse(raw json.RawMessage) (*Schema, error) {
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil {
-		s.published, s.unchecked = emptyObjectSchema, true
-		return s, fmt.Errorf("input schema is not a JSON object: %w", err)
+		return fail(fmt.Errorf("input schema is not a JSON object: %w", err))
 	}
 	repaired := false
 	if t, ok := top["type"]; !ok {
 		top["type"] = json.RawMessage(`"object"`)
 		repaired = true
 	} else if string(bytes.TrimSpace(t)) != `"object"` {
-		s.published, s.unchecked = emptyObjectSchema, true
-		return s, fmt.Errorf("input schema has type %s, want \"object\"", t)
+		return fail(fmt.Errorf("input schema has type %s, want \"object\"", bytes.TrimSpace(t)))
 	}
-	if ap, ok := top["additionalProperties"]; ok {
-		ap = bytes.TrimSpace(ap)
-		s.extra = string(ap) != "false"
-	}
-	var required []string
-	if r, ok := top["required"]; ok {
-		if err := json.Unmarshal(r, &required); err != nil {
-			s.published, s.unchecked = emptyObjectSchema, true
-			return s, fmt.Errorf("input schema: required is not a list of names: %w", err)
-		}
-	}
-	props, ok := top["properties"]
-	if !ok {
+	var order []string
+	if props, ok := top["properties"]; !ok {
 		top["properties"] = json.RawMessage(`{}`)
 		repaired = true
-	} else {
-		names, values, err := orderedObject(props)
-		if err != nil {
-			s.published, s.unchecked = emptyObjectSchema, true
-			return s, fmt.Errorf("input schema: properties: %w", err)
-		}
-		for i, name := range names {
-			p, err := parseProp(name, values[i])
-			if err != nil {
-				s.published, s.unchecked = emptyObjectSchema, true
-				return s, fmt.Errorf("input schema: property %q: %w", name, err)
-			}
-			s.props = append(s.props, p)
-			s.byName[name] = p
+	} else if order, _, err = orderedObject(props); err != nil {
+		return fail(fmt.Errorf("input schema: properties: %w", err))
+	}
+	var js jsonschema.Schema
+	if err := json.Unmarshal(raw, &js); err != nil {
+		return fail(fmt.Errorf("input schema: jsonschema-go cannot read it: %w", err))
+	}
+	js.Type = "object" // a schema without type is taken as an object schema
+	if s.root, err = js.Resolve(nil); err != nil {
+		return fail(fmt.Errorf("input schema: jsonschema-go cannot resolve it: %w", err))
+	}
+	if ap, ok := top["additionalProperties"]; ok {
+		s.extra = string(bytes.TrimSpace(ap)) != "false"
+	}
+	for _, name := range order {
+		if sub := js.Properties[name]; sub != nil {
+			s.add(newProp(name, sub))
 		}
 	}
-	for _, name := range required {
-		if p, ok := s.byName[name]; ok {
-			p.required = true
-		} else {
+	for _, name := range js.Required {
+		p := s.byName[name]
+		if p == nil {
 			// Required but undeclared: still enforce presence.
-			p := &propSchema{name: name, required: true}
-			s.props = append(s.props, p)
-			s.byName[name] = p
+			p = newProp(name, &jsonschema.Schema{})
+			s.add(p)
 		}
-	}
-	for _, p := range s.props {
-		p.describes = p.describe()
+		p.Required = true
 	}
 	if repaired {
 		s.published, _ = json.Marshal(top)
@@ -141,47 +137,30 @@ func Parse(raw json.RawMessage) (*Schema, error) {
 	return s, nil
 }
 
-func parseProp(name string, raw json.RawMessage) (*propSchema, error) {
-	var m struct {
-		Type             json.RawMessage   `json:"type"`
-		Default          json.RawMessage   `json:"default"`
-		Minimum          *float64          `json:"minimum"`
-		Maximum          *float64          `json:"maximum"`
-		ExclusiveMinimum *float64          `json:"exclusiveMinimum"`
-		ExclusiveMaximum *float64          `json:"exclusiveMaximum"`
-		MinLength        *int              `json:"minLength"`
-		MaxLength        *int              `json:"maxLength"`
-		Enum             []json.RawMessage `json:"enum"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	p := &propSchema{name: name, min: m.Minimum, max: m.Maximum, exclMin: m.ExclusiveMinimum,
-		exclMax: m.ExclusiveMaximum, minLen: m.MinLength, maxLen: m.MaxLength}
-	if len(m.Default) > 0 {
-		p.def = m.Default
-	}
-	for _, e := range m.Enum {
-		p.enum = append(p.enum, compactJSON(e))
-	}
-	if t := bytes.TrimSpace(m.Type); len(t) > 0 {
-		switch t[0] {
-		case '"':
-			var one string
-			if err := json.Unmarshal(t, &one); err != nil {
-				return nil, err
-			}
-			p.types = []string{one}
-		case '[':
-			if err := json.Unmarshal(t, &p.types); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("type must be a string or a list, got %s", t)
+func (s *Schema) add(p *Prop) {
+	s.props = append(s.props, p)
+	s.byName[p.Name] = p
+}
+
+// Props lists the declared arguments, in declaration order, then those
+// required without a declaration.
+func (s *Schema) Props() []*Prop { return s.props }
+
+// Prop returns the argument of that name, or nil.
+func (s *Schema) Prop(name string) *Prop { return s.byName[name] }
+
+// HasRequired reports whether any argument is required.
+func (s *Schema) HasRequired() bool {
+	for _, p := range s.props {
+		if p.Required {
+			return true
 		}
 	}
-	return p, nil
+	return false
 }
+
+// Err says why the schema could not be understood (nil when it could).
+func (s *Schema) Err() error { return s.err }
 
 // orderedObject splits a JSON object into its keys, in document order, and
 // raw values. Duplicate keys are an error.
@@ -229,109 +208,49 @@ var (
 	errDuplicateKey = errors.New("key given twice")
 )
 
-func compactJSON(raw json.RawMessage) json.RawMessage {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return raw
+// Split reads a call's arguments (a JSON object; empty or null for none)
+// into their names, in order, and raw values. When they do not form an
+// object of distinct names, the problem says so in the caller's terms.
+func Split(args json.RawMessage) ([]string, []json.RawMessage, *Problem) {
+	args = bytes.TrimSpace(args)
+	if len(args) == 0 || string(args) == "null" {
+		return nil, nil, nil
 	}
-	return b.Bytes()
+	keys, vals, err := orderedObject(args)
+	switch {
+	case err == nil:
+		return keys, vals, nil
+	case errors.Is(err, errDuplicateKey):
+		return nil, nil, &Problem{Msg: "an argument is given twice (" +
+			strings.TrimPrefix(err.Error(), errDuplicateKey.Error()+": ") + "); give each argument once"}
+	case errors.Is(err, errNotObject):
+		return nil, nil, &Problem{Msg: "arguments must be a JSON object of named values, got " + DescribeValue(args)}
+	}
+	return nil, nil, &Problem{Msg: "arguments are not valid JSON: " + err.Error()}
 }
-
-// describe renders the property for error messages, e.g. "integer from 0
-// to 100" or "string, default \"light\"".
-func (p *propSchema) describe() string {
-	var b strings.Builder
-	switch len(p.types) {
-	case 0:
-		b.WriteString("any JSON value")
-	case 1:
-		b.WriteString(article(p.types[0]) + " " + p.types[0])
-	default:
-		b.WriteString(strings.Join(p.types, " or "))
-	}
-	if lo, hi := p.bounds(); lo != nil && hi != nil {
-		fmt.Fprintf(&b, " from %s to %s", fmtNum(*lo), fmtNum(*hi))
-	} else if lo != nil {
-		fmt.Fprintf(&b, " of at least %s", fmtNum(*lo))
-	} else if hi != nil {
-		fmt.Fprintf(&b, " of at most %s", fmtNum(*hi))
-	}
-	if len(p.enum) > 0 {
-		vals := make([]string, len(p.enum))
-		for i, e := range p.enum {
-			vals[i] = string(e)
-		}
-		fmt.Fprintf(&b, ", one of %s", strings.Join(vals, ", "))
-	}
-	if p.minLen != nil || p.maxLen != nil {
-		switch {
-		case p.minLen != nil && p.maxLen != nil:
-			fmt.Fprintf(&b, " of %d to %d characters", *p.minLen, *p.maxLen)
-		case p.minLen != nil:
-			fmt.Fprintf(&b, " of at least %d characters", *p.minLen)
-		default:
-			fmt.Fprintf(&b, " of at most %d characters", *p.maxLen)
-		}
-	}
-	return b.String()
-}
-
-func article(typ string) string {
-	if typ == "integer" || typ == "object" || typ == "array" {
-		return "an"
-	}
-	return "a"
-}
-
-// bounds merges minimum/maximum with their exclusive forms into inclusive
-// bounds where possible (exclusive bounds on integers become inclusive).
-func (p *propSchema) bounds() (lo, hi *float64) {
-	lo, hi = p.min, p.max
-	if p.exclMin != nil && p.isInteger() {
-		v := math.Floor(*p.exclMin) + 1
-		lo = &v
-	}
-	if p.exclMax != nil && p.isInteger() {
-		v := math.Ceil(*p.exclMax) - 1
-		hi = &v
-	}
-	return lo, hi
-}
-
-func (p *propSchema) isInteger() bool {
-	return len(p.types) == 1 && p.types[0] == "integer"
-}
-
-func (p *propSchema) allows(typ string) bool {
-	if len(p.types) == 0 {
-		return true
-	}
-	for _, t := range p.types {
-		if t == typ || t == "number" && typ == "integer" {
-			return true
-		}
-	}
-	return false
-}
-
-func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // Problem is one thing wrong with a call's arguments.
 type Problem struct {
+	// Arg names the argument at fault; empty for the arguments as a whole.
 	Arg string
+	// Msg says what is wrong.
 	Msg string
+	// Suggestion says what to send instead, with an example.
+	Suggestion string
+	// Fix is a corrected value (JSON) when the intent was clear.
+	Fix string
 }
 
-// Invalid is the outcome of Schema.validate.
+// Invalid is the outcome of Schema.Validate.
 type Invalid struct {
 	Problems []Problem
-	// fixed is an example argument object that would pass: valid values
-	// kept, fixable ones fixed, missing required ones filled with an
-	// example, unknown ones dropped.
+	// Example is an argument object that would pass: valid values kept,
+	// fixable ones fixed, missing required ones filled with an example,
+	// unknown ones dropped.
 	Example string
 }
 
-// validate checks a call's arguments. args may be empty or null (no
+// Validate checks a call's arguments. args may be empty or null (no
 // arguments). It returns the object to forward to the board (the
 // arguments as given, or {} when there were none) when they are valid.
 func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
@@ -339,20 +258,9 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	keys, vals, err := orderedObject(args)
-	if err != nil {
-		v := &Invalid{}
-		switch {
-		case errors.Is(err, errDuplicateKey):
-			v.Problems = append(v.Problems, Problem{Msg: "an argument is given twice (" +
-				strings.TrimPrefix(err.Error(), errDuplicateKey.Error()+": ") + "); give each argument once"})
-		case errors.Is(err, errNotObject):
-			v.Problems = append(v.Problems, Problem{Msg: "arguments must be a JSON object of named values, got " + describeValue(args)})
-		default:
-			v.Problems = append(v.Problems, Problem{Msg: "arguments are not valid JSON: " + err.Error()})
-		}
-		v.Example = s.example(nil)
-		return nil, v
+	keys, vals, bad := Split(args)
+	if bad != nil {
+		return nil, &Invalid{Problems: []Problem{*bad}, Example: s.Example(nil)}
 	}
 	if s.unchecked {
 		return args, nil
@@ -360,257 +268,111 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 	given := make(map[string]json.RawMessage, len(keys))
 	var problems []Problem
 	for i, k := range keys {
-		if _, ok := s.byName[k]; ok {
-			given[k] = vals[i]
+		if pr := s.Unknown(k); pr != nil {
+			problems = append(problems, *pr)
 			continue
 		}
-		if s.extra {
-			continue
-		}
-		msg := fmt.Sprintf("unknown argument %q", k)
-		if guess := s.closest(k); guess != "" {
-			msg += fmt.Sprintf(" (did you mean %q?)", guess)
-		} else if len(s.props) == 0 {
-			msg += "; this tool takes no arguments"
-		} else {
-			msg += "; this tool takes " + s.ArgList()
-		}
-		problems = append(problems, Problem{Arg: k, Msg: msg})
+		given[k] = vals[i]
 	}
-	fixes := map[string]string{}
 	for _, p := range s.props {
-		raw, ok := given[p.name]
+		raw, ok := given[p.Name]
 		if !ok {
-			if p.required {
-				problems = append(problems, Problem{Arg: p.name,
-					Msg: fmt.Sprintf("missing required argument %q (%s)", p.name, p.describes)})
+			if p.Required {
+				problems = append(problems, Problem{Arg: p.Name,
+					Msg: fmt.Sprintf("missing required argument %q (%s)", p.Name, p.Describe)})
 			}
 			continue
 		}
-		if msg, fix := p.check(raw); msg != "" {
-			problems = append(problems, Problem{Arg: p.name, Msg: msg})
-			if fix != "" {
-				fixes[p.name] = fix
-			}
+		if pr := p.Check(raw); pr != nil {
+			problems = append(problems, *pr)
 		}
 	}
 	if len(problems) == 0 {
-		return args, nil
+		pr := s.CheckObject(given)
+		if pr == nil {
+			return args, nil
+		}
+		problems = append(problems, *pr)
 	}
-	// Keep the valid values, apply the fixes.
-	keep := map[string]string{}
+	// Keep the valid values, apply the fixes; Example drops the rest.
+	keep := map[string]json.RawMessage{}
 	for name, raw := range given {
-		keep[name] = string(compactJSON(raw))
-	}
-	for name, fix := range fixes {
-		keep[name] = fix
+		keep[name] = raw
 	}
 	for _, pr := range problems {
-		if _, fixed := fixes[pr.Arg]; !fixed && pr.Arg != "" {
-			delete(keep, pr.Arg)
+		if pr.Fix != "" {
+			keep[pr.Arg] = json.RawMessage(pr.Fix)
 		}
 	}
-	return nil, &Invalid{Problems: problems, Example: s.example(keep)}
+	return nil, &Invalid{Problems: problems, Example: s.Example(keep)}
 }
 
-// check validates one present argument; it returns a problem and, when the
-// intent is clear, a corrected value (as JSON).
-func (p *propSchema) check(raw json.RawMessage) (problem, fix string) {
-	raw = bytes.TrimSpace(raw)
-	kind := jsonKind(raw)
-	wrongType := func() (string, string) {
-		return fmt.Sprintf("argument %q must be %s, but got %s", p.name, p.describes, describeValue(raw)), p.coerce(raw, kind)
+// Unknown returns the problem with an argument of that name when the
+// schema neither declares it nor allows undeclared ones (a board would
+// ignore it), with the declared name it probably meant; nil when it is
+// fine.
+func (s *Schema) Unknown(name string) *Problem {
+	if s.byName[name] != nil || s.extra || s.unchecked {
+		return nil
 	}
-	switch {
-	case kind == "number" && p.allows("integer") && !p.allows("number"):
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil {
-			return wrongType()
-		}
-		if f != math.Trunc(f) {
-			return fmt.Sprintf("argument %q must be a whole number (%s), but got %s; the board would cut it to %s",
-				p.name, p.describes, raw, fmtNum(math.Trunc(f))), p.clampString(math.Round(f))
-		}
-		return p.checkRange(f)
-	case kind == "number" && p.allows("number"):
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil {
-			return wrongType()
-		}
-		return p.checkRange(f)
-	case !p.allows(kind):
-		return wrongType()
-	case kind == "string":
-		var s string
-		_ = json.Unmarshal(raw, &s)
-		n := utf8.RuneCountInString(s)
-		if p.minLen != nil && n < *p.minLen {
-			return fmt.Sprintf("argument %q is too short: %d characters, at least %d needed", p.name, n, *p.minLen), ""
-		}
-		if p.maxLen != nil && n > *p.maxLen {
-			return fmt.Sprintf("argument %q is too long: %d characters, at most %d allowed", p.name, n, *p.maxLen), ""
-		}
+	msg := fmt.Sprintf("unknown argument %q", name)
+	if guess := s.Closest(name); guess != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", guess)
+	} else if len(s.props) == 0 {
+		msg += "; this tool takes no arguments"
+	} else {
+		msg += "; this tool takes " + s.ArgList()
 	}
-	if len(p.enum) > 0 {
-		c := compactJSON(raw)
-		for _, e := range p.enum {
-			if bytes.Equal(c, e) {
-				return "", ""
-			}
-		}
-		return fmt.Sprintf("argument %q must be %s, but got %s", p.name, p.describes, describeValue(raw)), string(p.enum[0])
-	}
-	return "", ""
+	return &Problem{Arg: name, Msg: msg, Suggestion: "Remove it; this tool takes " + s.ArgList() + "."}
 }
 
-func (p *propSchema) checkRange(f float64) (string, string) {
-	lo, hi := p.bounds()
-	if p.isInteger() {
-		if lo == nil || *lo < minBoardInt {
-			v := float64(minBoardInt)
-			lo = &v
-		}
-		if hi == nil || *hi > maxBoardInt {
-			v := float64(maxBoardInt)
-			hi = &v
-		}
+// CheckObject runs jsonschema-go on the whole argument object, for what
+// no single argument carries (dependentRequired, allOf, $ref into the
+// root...); nil when it passes. It assumes each argument passed Check.
+func (s *Schema) CheckObject(args map[string]json.RawMessage) *Problem {
+	if s.root == nil {
+		return nil
 	}
-	switch {
-	case lo != nil && f < *lo:
-		return fmt.Sprintf("argument %q is %s, below the minimum of %s (%s)", p.name, fmtNum(f), fmtNum(*lo), p.describes), p.clampString(f)
-	case hi != nil && f > *hi:
-		return fmt.Sprintf("argument %q is %s, above the maximum of %s (%s)", p.name, fmtNum(f), fmtNum(*hi), p.describes), p.clampString(f)
-	case p.exclMin != nil && !p.isInteger() && f <= *p.exclMin:
-		return fmt.Sprintf("argument %q must be greater than %s, but got %s", p.name, fmtNum(*p.exclMin), fmtNum(f)), ""
-	case p.exclMax != nil && !p.isInteger() && f >= *p.exclMax:
-		return fmt.Sprintf("argument %q must be less than %s, but got %s", p.name, fmtNum(*p.exclMax), fmtNum(f)), ""
+	obj := make(map[string]any, len(args))
+	for k, raw := range args {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return &Problem{Arg: k, Msg: fmt.Sprintf("argument %q cannot be read (%v)", k, err),
+				Suggestion: "Send a JSON value such as " + s.Example(nil) + "."}
+		}
+		obj[k] = v
 	}
-	return "", ""
+	if err := safeValidate(s.root, obj); err != nil {
+		return &Problem{Msg: "the arguments together do not fit the tool's schema: " + libraryReason(err),
+			Suggestion: "Change the arguments so that together they satisfy the tool's schema."}
+	}
+	return nil
 }
 
-// clampString brings f into the declared range and renders it.
-func (p *propSchema) clampString(f float64) string {
-	lo, hi := p.bounds()
-	if lo != nil && f < *lo {
-		f = *lo
-	}
-	if hi != nil && f > *hi {
-		f = *hi
-	}
-	if p.isInteger() {
-		f = math.Max(minBoardInt, math.Min(maxBoardInt, math.Trunc(f)))
-	}
-	return fmtNum(f)
-}
-
-// coerce guesses the intended value when the type is wrong but the intent
-// is plain: "50" for an integer, "true" for a boolean, 1/0 for a boolean, a
-// number for a string.
-func (p *propSchema) coerce(raw json.RawMessage, kind string) string {
-	switch {
-	case kind == "string" && (p.allows("integer") || p.allows("number")):
-		var s string
-		_ = json.Unmarshal(raw, &s)
-		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return ""
-		}
-		if p.allows("number") {
-			return p.clampString(f)
-		}
-		return p.clampString(math.Round(f))
-	case kind == "string" && p.allows("boolean"):
-		var s string
-		_ = json.Unmarshal(raw, &s)
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "yes", "on", "1":
-			return "true"
-		case "false", "no", "off", "0":
-			return "false"
-		}
-	case kind == "number" && p.allows("boolean"):
-		switch string(raw) {
-		case "1":
-			return "true"
-		case "0":
-			return "false"
-		}
-	case (kind == "number" || kind == "boolean") && p.allows("string"):
-		b, _ := json.Marshal(string(raw))
-		return string(b)
-	}
-	return ""
-}
-
-// example renders an argument object that satisfies the schema, starting
-// from keep (argument name → JSON value) and adding an example for every
-// required argument still missing.
-func (s *Schema) example(keep map[string]string) string {
+// Example renders an argument object that passes, as far as single
+// arguments go: the values in keep (argument name → JSON value) that pass
+// Check, plus an example for every required argument still missing.
+func (s *Schema) Example(keep map[string]json.RawMessage) string {
 	var parts []string
 	for _, p := range s.props {
-		v, ok := keep[p.name]
+		v, ok := keep[p.Name]
+		if ok && p.Check(v) != nil {
+			ok = false
+		}
 		if !ok {
-			if !p.required {
+			if !p.Required {
 				continue
 			}
-			v = p.exampleValue()
+			v = json.RawMessage(p.Example())
 		}
-		k, _ := json.Marshal(p.name)
-		parts = append(parts, string(k)+": "+v)
+		k, _ := json.Marshal(p.Name)
+		parts = append(parts, string(k)+": "+string(Compact(v)))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-func (p *propSchema) exampleValue() string {
-	if len(p.def) > 0 {
-		return string(compactJSON(p.def))
-	}
-	if len(p.enum) > 0 {
-		return string(p.enum[0])
-	}
-	typ := "string"
-	if len(p.types) > 0 {
-		typ = p.types[0]
-	}
-	switch typ {
-	case "integer", "number":
-		lo, hi := p.bounds()
-		switch {
-		case lo != nil && hi != nil:
-			mid := *lo + (*hi-*lo)/2
-			if typ == "integer" {
-				mid = math.Trunc(mid)
-			}
-			return fmtNum(mid)
-		case lo != nil:
-			return fmtNum(*lo)
-		case hi != nil:
-			return fmtNum(math.Min(*hi, 0))
-		}
-		return "1"
-	case "boolean":
-		return "true"
-	case "object":
-		return "{}"
-	case "array":
-		return "[]"
-	case "null":
-		return "null"
-	}
-	// A placeholder of "...", stretched or cut to the length bounds (up
-	// to a sane size), so that the example passes them.
-	n := 3
-	if p.minLen != nil && *p.minLen > n {
-		n = min(*p.minLen, 256)
-	}
-	if p.maxLen != nil && *p.maxLen < n {
-		n = max(*p.maxLen, 0)
-	}
-	return `"` + strings.Repeat(".", n) + `"`
-}
-
-// ArgList describes the accepted arguments, e.g. `volume (an integer from
-// 0 to 100, required)`.
+// ArgList describes the accepted arguments, e.g. `"volume" (an integer
+// from 0 to 100, required)`.
 func (s *Schema) ArgList() string {
 	if len(s.props) == 0 {
 		return "no arguments"
@@ -618,32 +380,35 @@ func (s *Schema) ArgList() string {
 	parts := make([]string, len(s.props))
 	for i, p := range s.props {
 		extra := "optional"
-		if p.required {
+		if p.Required {
 			extra = "required"
-		} else if len(p.def) > 0 {
-			extra = "optional, default " + string(compactJSON(p.def))
+		} else if len(p.Default) > 0 {
+			extra = "optional, default " + string(p.Default)
 		}
-		parts[i] = fmt.Sprintf("%q (%s, %s)", p.name, p.describes, extra)
+		parts[i] = fmt.Sprintf("%q (%s, %s)", p.Name, p.Describe, extra)
 	}
 	return strings.Join(parts, "; ")
 }
 
-// closest finds a declared argument the unknown name probably meant: the
+// Closest finds a declared argument an unknown name probably meant: the
 // same name in another case, or one within a small edit distance.
-func (s *Schema) closest(name string) string {
+func (s *Schema) Closest(name string) string {
 	best, bestDist := "", 3
 	for _, p := range s.props {
-		if strings.EqualFold(p.name, name) {
-			return p.name
+		if strings.EqualFold(p.Name, name) {
+			return p.Name
 		}
-		if d := editDistance(strings.ToLower(p.name), strings.ToLower(name)); d < bestDist {
-			best, bestDist = p.name, d
+		if d := editDistance(strings.ToLower(p.Name), strings.ToLower(name)); d < bestDist {
+			best, bestDist = p.Name, d
 		}
 	}
 	return best
 }
 
 func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return math.MaxInt
+	}
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -661,47 +426,6 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-// jsonKind names the JSON type of a raw value: object, array, string,
-// number, boolean or null.
-func jsonKind(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "null"
-	}
-	switch raw[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	}
-	return "number"
-}
-
-// describeValue renders a value for an error message, e.g. `the string
-// "loud"` or `the number 50.5`, cut to a readable length.
-func describeValue(raw json.RawMessage) string {
-	c := string(compactJSON(raw))
-	if len(c) > 60 {
-		c = c[:57] + "..."
-	}
-	switch jsonKind(raw) {
-	case "null":
-		return "null"
-	case "boolean":
-		return "the boolean " + c
-	case "object":
-		return "an object " + c
-	case "array":
-		return "a list " + c
-	}
-	return "the " + jsonKind(raw) + " " + c
 }
 
 // Published is the schema to show callers: the board's own, unless it had

@@ -37,10 +37,10 @@ func TestParseSchemaKeepsTheBoardsSchema(t *testing.T) {
 	}
 	s := mustSchema(t, snapshotSchema)
 	require.Len(t, s.props, 2)
-	assert.Equal(t, "url", s.props[0].name, "declaration order is kept")
-	assert.True(t, s.props[0].required)
-	assert.False(t, s.props[1].required)
-	assert.Equal(t, "an integer from 1 to 100", s.props[1].describes)
+	assert.Equal(t, "url", s.props[0].Name, "declaration order is kept")
+	assert.True(t, s.props[0].Required)
+	assert.False(t, s.props[1].Required)
+	assert.Equal(t, "an integer from 1 to 100", s.props[1].Describe)
 }
 
 func TestParseSchemaRepairs(t *testing.T) {
@@ -201,4 +201,68 @@ func TestTrailingDataIsRefused(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLibraryVerdict: jsonschema-go decides what the teaching layer has
+// no words of its own for (pattern, multipleOf, constraints across
+// arguments); its reason is passed on.
+func TestLibraryVerdict(t *testing.T) {
+	s := mustSchema(t, `{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{3}$"},"step":{"type":"integer","multipleOf":5}},"required":["code","step"]}`)
+	_, v := s.Validate(json.RawMessage(`{"code":"abc","step":7}`))
+	require.NotNil(t, v)
+	require.Len(t, v.Problems, 2)
+	assert.Contains(t, v.Problems[0].Msg, `argument "code" is the string "abc", which the tool's schema does not accept`)
+	assert.Contains(t, v.Problems[0].Suggestion, "matching ^[A-Z]{3}$")
+	assert.Contains(t, v.Problems[1].Msg, "multiple")
+	_, v = s.Validate(json.RawMessage(`{"code":"ABC","step":10}`))
+	assert.Nil(t, v)
+
+	dep := mustSchema(t, `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"dependentRequired":{"a":["b"]}}`)
+	_, v = dep.Validate(json.RawMessage(`{"a":"x"}`))
+	require.NotNil(t, v)
+	assert.Contains(t, v.Problems[0].Msg, "do not fit the tool's schema")
+	_, v = dep.Validate(json.RawMessage(`{"a":"x","b":"y"}`))
+	assert.Nil(t, v)
+
+	// What the library cannot read or resolve is not checked (and says why).
+	s, err := Parse(json.RawMessage(`{"type":"object","properties":{"p":{"type":"string","pattern":"("}}}`))
+	require.Error(t, err)
+	assert.True(t, s.Unchecked())
+	assert.Equal(t, err, s.Err())
+}
+
+// TestFirmwareRules: the rules the library does not know stand on their
+// own: integers beyond int32 are refused though the schema allows them,
+// undeclared arguments are refused unless additionalProperties allows
+// them, and a wrong type is refused even where a default would apply,
+// saying so.
+func TestFirmwareRules(t *testing.T) {
+	s := mustSchema(t, unrangedSchema)
+	_, v := s.Validate(json.RawMessage(`{"count":2147483647}`))
+	assert.Nil(t, v)
+	_, v = s.Validate(json.RawMessage(`{"count":-2147483649}`))
+	require.NotNil(t, v)
+	assert.Contains(t, v.Problems[0].Msg, "below the minimum of -2147483648")
+	assert.Equal(t, `{"count": -2147483648}`, v.Example)
+
+	wide := mustSchema(t, `{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":1e12}}}`)
+	assert.Equal(t, "an integer from 0 to 2147483647", wide.Prop("n").Describe, "a range wider than int32 is narrowed")
+
+	open := mustSchema(t, `{"type":"object","properties":{},"additionalProperties":true}`)
+	_, v = open.Validate(json.RawMessage(`{"x":1}`))
+	assert.Nil(t, v)
+
+	snap := mustSchema(t, snapshotSchema)
+	_, v = snap.Validate(json.RawMessage(`{"url":"http://x/y","quality":"90"}`))
+	require.NotNil(t, v)
+	assert.Contains(t, v.Problems[0].Msg, "would silently use the default 80 instead")
+	assert.Equal(t, "90", v.Problems[0].Fix)
+
+	day := mustSchema(t, `{"type":"object","properties":{"day":{"type":"string","format":"date"}},"required":["day"]}`)
+	_, v = day.Validate(json.RawMessage(`{"day":"31/01/2025"}`))
+	require.NotNil(t, v)
+	assert.Contains(t, v.Problems[0].Msg, "YYYY-MM-DD")
+	assert.Equal(t, `{"day": "2025-01-31"}`, v.Example)
+	_, v = day.Validate(json.RawMessage(v.Example))
+	assert.Nil(t, v)
 }
