@@ -31,6 +31,8 @@ type Config struct {
 	Simulate      SimulateConfig `yaml:"simulate"`
 	MQTT          MQTTConfig     `yaml:"mqtt"`
 	MCP           MCPConfig      `yaml:"mcp"`
+	OTA           OTAConfig      `yaml:"ota"`
+	TLS           TLSConfig      `yaml:"tls"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -87,6 +89,7 @@ func Default() Config {
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
+		OTA:             defaultOTAConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -136,6 +139,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.OTA.validate(), c.TLS.validate())
 	return errors.Join(errs...)
 }
 
@@ -177,6 +181,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerMQTTFlags(fs, &cfg.MQTT)
 	registerMCPFlags(fs, &cfg.MCP)
 	registerDebugFlags(fs, cfg)
+	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config
