@@ -357,3 +357,16 @@ func TestTLSListeners(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestSimulatedBoardsWithRequiredCredentials: in-process boards have no
+// static token to share, so they boot through OTA and use what it issues.
+func TestSimulatedBoardsWithRequiredCredentials(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) {
+		c.OTA.RequireCredentials = true
+		c.MQTT.Listen = ""
+		c.Simulate.Count = 1
+	})
+	d := apiOf(t, a.App).waitReady("02:00:00:00:00:01")
+	assert.Equal(t, "websocket", d.Transport)
+}
