@@ -230,8 +230,18 @@ func (s *Server) lookup(id string) (*device.Session, bool) {
 	return s.hub.Session(device.NormalizeID(id))
 }
 
-func (s *Server) auth(next http.Handler) http.Handler {
-	tokens := bearer.New(s.opts.Tokens)
+func (s *Server) auth(next http.Handler) http.Handler { return RequireTokens(s.opts.Tokens)(next) }
+
+// RequireTokens guards routes other packages mount on the control
+// listener (the OTA approvals) exactly as the control API guards its own:
+// a bearer token from tokens, or 401 with the usual JSON error body. No
+// tokens means open.
+func RequireTokens(list []string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return requireTokens(list, next) }
+}
+
+func requireTokens(list []string, next http.Handler) http.Handler {
+	tokens := bearer.New(list)
 	if tokens.Empty() {
 		return next
 	}

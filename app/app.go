@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/observe"
+	"github.com/devicebridge/devicebridge/ota"
 	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -31,6 +33,10 @@ type App struct {
 	WS  *ws.Server
 	// mcp is the upstream MCP server; nil when MCP is off.
 	mcp *tools.Server
+	// ota is the OTA endpoint and admission; nil when OTA is off.
+	ota *ota.Server
+	// deviceTLS and controlTLS say whether the listeners serve TLS.
+	deviceTLS, controlTLS bool
 	// Metrics owns the Prometheus registry served on /metrics.
 	Metrics *observe.Metrics
 	obs     observability
@@ -65,7 +71,10 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	hubCfg := cfg.hubConfig(Version)
 	hubCfg.Observer = a.Metrics
 	a.Hub = device.NewHub(hubCfg, logger.Named("device"))
-	a.WS = ws.NewServer(cfg.WebSocket, a.Hub, logger.Named("ws"))
+	if err := a.newOTA(); err != nil {
+		return nil, err
+	}
+	a.WS = ws.NewServer(a.cfg.WebSocket, a.Hub, logger.Named("ws"))
 	a.watchMetrics()
 	return a, nil
 }
@@ -88,7 +97,23 @@ func (a *App) ControlAddr() net.Addr { return a.controlLn.Addr() }
 
 // DeviceURL is the WebSocket URL boards on this machine can use.
 func (a *App) DeviceURL() string {
-	return fmt.Sprintf("ws://%s%s", loopbackFor(a.DeviceAddr()), a.WS.Path())
+	scheme := "ws"
+	if a.deviceTLS {
+		scheme = "wss"
+	}
+	return fmt.Sprintf("%s://%s%s", scheme, loopbackFor(a.DeviceAddr()), a.WS.Path())
+}
+
+// OTAURL is the OTA URL boards on this machine can use; "" when OTA is off.
+func (a *App) OTAURL() string {
+	if a.ota == nil {
+		return ""
+	}
+	scheme := "http"
+	if a.deviceTLS {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s%s", scheme, loopbackFor(a.DeviceAddr()), a.ota.Path())
 }
 
 // onShutdown registers f to run during Shutdown, before the Hub closes;
@@ -115,7 +140,14 @@ func (a *App) goOwned(f func()) {
 // Start binds the listeners and starts serving. ctx bounds start-up and is
 // handed to long-running parts, which stop when it ends or on Shutdown.
 func (a *App) Start(ctx context.Context) error {
-	var err error
+	deviceTLS, err := a.cfg.TLS.Device.load("device")
+	if err != nil {
+		return err
+	}
+	controlTLS, err := a.cfg.TLS.Control.load("control")
+	if err != nil {
+		return err
+	}
 	if a.deviceLn, err = net.Listen("tcp", a.cfg.DeviceListen); err != nil {
 		return fmt.Errorf("device listener: %w", err)
 	}
@@ -123,13 +155,25 @@ func (a *App) Start(ctx context.Context) error {
 		_ = a.deviceLn.Close()
 		return fmt.Errorf("control listener: %w", err)
 	}
+	if deviceTLS != nil {
+		a.deviceLn, a.deviceTLS = tls.NewListener(a.deviceLn, deviceTLS), true
+	}
+	if controlTLS != nil {
+		a.controlLn, a.controlTLS = tls.NewListener(a.controlLn, controlTLS), true
+	}
 	deviceMux := http.NewServeMux()
 	deviceMux.Handle(a.WS.Path(), a.WS)
+	if a.ota != nil {
+		a.ota.Register(deviceMux)
+	}
 	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	controlMux := http.NewServeMux()
 	apiSrv := api.New(a.Hub, a.apiOptions(), a.log.Named("api"))
 	apiSrv.Register(controlMux)
+	if a.ota != nil {
+		a.ota.RegisterControl(controlMux, api.RequireTokens(a.cfg.Control.Tokens))
+	}
 	a.onDrain(apiSrv.Close) // ends /api/events streams
 	if err := a.startMCP(ctx, controlMux); err != nil {
 		a.closeListeners()
@@ -139,10 +183,15 @@ func (a *App) Start(ctx context.Context) error {
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")
+	controlScheme := "http://"
+	if a.controlTLS {
+		controlScheme = "https://"
+	}
 	a.log.Info("bridge listening",
 		zap.String("devices", a.DeviceURL()),
-		zap.String("control", "http://"+a.ControlAddr().String()),
-		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0))
+		zap.String("ota", a.OTAURL()),
+		zap.String("control", controlScheme+a.ControlAddr().String()),
+		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0 || a.cfg.WebSocket.RequireToken))
 	if err := a.startObservability(); err != nil {
 		a.Shutdown(context.Background())
 		return err

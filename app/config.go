@@ -32,6 +32,8 @@ type Config struct {
 	MQTT          MQTTConfig     `yaml:"mqtt"`
 	MCP           MCPConfig      `yaml:"mcp"`
 	Flow          FlowConfig     `yaml:"flow"`
+	OTA           OTAConfig      `yaml:"ota"`
+	TLS           TLSConfig      `yaml:"tls"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -89,6 +91,7 @@ func Default() Config {
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
 		Flow:            defaultFlowConfig(),
+		OTA:             defaultOTAConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -143,6 +146,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.OTA.validate(), c.TLS.validate())
 	return errors.Join(errs...)
 }
 
@@ -185,6 +189,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerMCPFlags(fs, &cfg.MCP)
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
+	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config

@@ -205,7 +205,11 @@ func (a *App) startMQTT(ctx context.Context) error {
 	side := &mqttSide{}
 	var presence mqtt.Presence
 	if c.Broker == "" {
-		b, err := broker.New(c.embeddedBroker(), log.Named("broker"))
+		bc := c.embeddedBroker()
+		if v, required := a.issuedMQTT(); v != nil {
+			bc.Issued, bc.RequireCredentials = v, required
+		}
+		b, err := broker.New(bc, log.Named("broker"))
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,14 @@ func (a *App) startSimulators(_ context.Context) error {
 	a.mu.Lock()
 	a.stopSimulators = cancel
 	a.mu.Unlock()
-	a.goOwned(func() { _ = fleet.Run(ctx) })
+	if token == "" && a.cfg.WebSocket.RequireToken && a.ota != nil {
+		// Credentials are required and there is no static token to share:
+		// the boards boot through the OTA endpoint like real ones and use
+		// what it issues them (and wait for approval in approval mode).
+		a.goOwned(func() { _ = fleet.RunOTA(ctx, simulator.OTAConfig{URL: a.OTAURL()}) })
+	} else {
+		a.goOwned(func() { _ = fleet.Run(ctx) })
+	}
 	a.log.Info("started simulated boards", zap.Int("count", n), zap.String("profile", profile.Name))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -113,6 +114,9 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Logger receives the board's logs; nil means no logging.
 	Logger *zap.Logger
+	// TLS configures https OTA requests and wss connections; nil verifies
+	// against the system roots, as boards do against their CA bundle.
+	TLS *tls.Config
 }
 
 // Stats are a board's counters since it was created.
@@ -159,6 +163,9 @@ type Board struct {
 	frameDuration int
 	visionURL     string
 	visionToken   string
+	// nvs holds what OTA answers stored (namespace → key → value); it
+	// survives reboots, as NVS does.
+	nvs map[string]map[string]string
 
 	// helloEvent is the firmware's "server hello received" event bit. It is
 	// set by any acceptable hello and consumed by the next wait, even on a

@@ -70,6 +70,7 @@ func (b *Board) ConnectWebSocket(ctx context.Context, rawURL string) error {
 	dialer := websocket.Dialer{
 		// No Proxy: boards dial directly.
 		HandshakeTimeout: wsHandshakeTimeout,
+		TLSClientConfig:  b.cfg.TLS,
 	}
 	conn, resp, err := dialer.DialContext(ctx, rawURL, b.wsHeaders(u))
 	if err != nil {
@@ -121,7 +122,7 @@ func (b *Board) wsHeaders(u *url.URL) http.Header {
 		host = "[" + host + "]" // an IPv6 literal needs its brackets
 	}
 	h["Host"] = []string{host}
-	if tok := b.cfg.Token; tok != "" {
+	if tok := b.wsToken(); tok != "" {
 		if !strings.Contains(tok, " ") {
 			tok = "Bearer " + tok
 		}

@@ -52,6 +52,19 @@ type Config struct {
 	// it a new socket gets HTTP 503. 0 means DefaultMaxPendingHellos,
 	// negative no limit.
 	MaxPendingHellos int `yaml:"max_pending_hellos"`
+	// Issued verifies per-board tokens (those the OTA endpoint hands out):
+	// a board presenting the token issued to its own Device-Id is admitted
+	// beside the static Tokens. Wired by the bridge, not a file key.
+	Issued TokenVerifier `yaml:"-"`
+	// RequireToken refuses boards without a valid token even when Tokens is
+	// empty (admission is on). Wired by the bridge, not a file key.
+	RequireToken bool `yaml:"-"`
+}
+
+// TokenVerifier checks a token issued to one board. Implementations must
+// compare in constant time.
+type TokenVerifier interface {
+	VerifyWebSocketToken(deviceID, token string) bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -2,6 +2,7 @@
 // a devicebridge (or any xiaozhi-compatible) server.
 //
 //	simulator --url ws://127.0.0.1:8000/xiaozhi/v1/ --profile robot --count 50 --token secret
+//	simulator --ota http://127.0.0.1:8000/xiaozhi/ota/   # boot like a real board
 //
 // Each board connects over WebSocket like real firmware, answers MCP
 // requests from its profile's tools, and reconnects with backoff when the
@@ -74,6 +75,9 @@ type Main struct {
 	statsLog *zap.Logger
 	// mqtt selects the MQTT transport when its Endpoint is set.
 	mqtt simulator.MQTTConfig
+	// ota, when set, boots every board through this OTA URL: the answer
+	// picks the transport and carries the credentials.
+	ota string
 }
 
 // ParseFlags parses args into m and builds the logger.
@@ -135,6 +139,7 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 // registerTransportFlags holds the flags that choose and configure the
 // transport: WebSocket (--url) by default, MQTT when --mqtt is given.
 func (m *Main) registerTransportFlags(fs *flag.FlagSet) {
+	fs.StringVar(&m.ota, "ota", "", "boot like a real board through this OTA URL (http://host:8000/xiaozhi/ota/): the answer picks WebSocket or MQTT and gives the credentials; --url and --mqtt are then ignored")
 	fs.StringVar(&m.url, "url", "ws://127.0.0.1:8000/xiaozhi/v1/", "server WebSocket URL")
 	fs.StringVar(&m.token, "token", "", "WebSocket token (sent as \"Bearer <token>\" unless it contains a space)")
 	fs.IntVar(&m.protoVersion, "protocol-version", 1, "binary protocol version announced to the server (1, 2 or 3)")
@@ -219,7 +224,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	server := m.url
-	if m.mqtt.Endpoint != "" {
+	switch {
+	case m.ota != "":
+		server = m.ota
+	case m.mqtt.Endpoint != "":
 		server = m.mqtt.Endpoint
 	}
 	m.log.Info("starting boards",
@@ -233,9 +241,12 @@ func (m *Main) Run(ctx context.Context) error {
 		defer close(statsDone)
 		m.logStats(ctx, fleet)
 	}()
-	if m.mqtt.Endpoint != "" {
+	switch {
+	case m.ota != "":
+		err = fleet.RunOTA(ctx, simulator.OTAConfig{URL: m.ota})
+	case m.mqtt.Endpoint != "":
 		err = fleet.RunMQTT(ctx, m.mqtt)
-	} else {
+	default:
 		err = fleet.Run(ctx)
 	}
 	cancel()

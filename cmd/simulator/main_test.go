@@ -144,3 +144,83 @@ func TestStatsIgnoreLogLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestRunOTA: with --ota the boards POST the firmware's headers and body,
+// then connect where the answer says, with the token it gave.
+func TestRunOTA(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		headers http.Header
+		body    string
+		auth    []string
+		wg      sync.WaitGroup
+	)
+	up := websocket.Upgrader{}
+	mux := http.NewServeMux()
+	var srv *httptest.Server
+	mux.HandleFunc("/xiaozhi/ota/", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		headers, body = r.Header.Clone(), string(b)
+		if r.Close {
+			headers.Set("X-Connection-Close", "true")
+		}
+		mu.Unlock()
+		ws := "ws" + strings.TrimPrefix(srv.URL, "http") + "/xiaozhi/v1/"
+		_, _ = io.WriteString(w, `{"server_time":{"timestamp":1},"firmware":{"version":"2.4.2","url":""},"websocket":{"url":"`+ws+`","token":"issued-token","version":1}}`)
+	})
+	mux.HandleFunc("/xiaozhi/v1/", func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer c.Close()
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	})
+	srv = httptest.NewServer(mux)
+	defer srv.Close()
+
+	m := &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--ota", srv.URL + "/xiaozhi/ota/", "--log-level", "error", "--mac-prefix", "02:ab"}, io.Discard))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(auth) == 1
+	}, 5*time.Second, time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	wg.Wait()
+	assert.Equal(t, []string{"Bearer issued-token"}, auth)
+	assert.Equal(t, "1", headers.Get("Activation-Version"))
+	assert.Equal(t, "02:ab:00:00:00:01", headers.Get("Device-Id"))
+	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, headers.Get("Client-Id"))
+	assert.Equal(t, "bread-compact-wifi/2.4.2", headers.Get("User-Agent"))
+	assert.Equal(t, "application/json", headers.Get("Content-Type"))
+	assert.NotEmpty(t, headers.Get("Accept-Language"))
+	assert.Empty(t, headers.Get("Accept-Encoding"), "the firmware asks for no compression")
+	assert.Equal(t, "true", headers.Get("X-Connection-Close"))
+	assert.Contains(t, body, `"minimum_free_heap_size":"`, "the number sent as a string")
+	assert.Contains(t, body, `"partition_table": [`)
+	assert.Contains(t, body, `"mac_address":"02:ab:00:00:00:01"`)
+}

@@ -187,7 +187,7 @@ func (b *Broker) Start() error {
 	b.started = true
 	b.log.Info("embedded mqtt broker listening", zap.String("listen", b.public.Address()),
 		zap.String("uplink", b.cfg.Topics.Uplink), zap.String("downlink", b.cfg.Topics.Downlink),
-		zap.Strings("shared", b.cfg.Topics.Shared), zap.Bool("anonymous", b.cfg.Auth.anonymous()),
+		zap.Strings("shared", b.cfg.Topics.Shared), zap.Bool("anonymous", b.cfg.Auth.anonymous() && !b.cfg.RequireCredentials), zap.Bool("issued_credentials", b.cfg.Issued != nil),
 		zap.Int("static_users", len(b.cfg.Auth.Users)), zap.Bool("hmac", b.cfg.Auth.HMACSecret != ""))
 	return nil
 }

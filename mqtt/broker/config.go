@@ -93,6 +93,20 @@ type Config struct {
 	// ConnectPacketTimeout drops a connection that has not sent CONNECT in time
 	// (0 = DefaultConnectPacketTimeout).
 	ConnectPacketTimeout time.Duration `yaml:"connect_packet_timeout"`
+	// Issued verifies per-board credentials (those the OTA endpoint hands
+	// out) for the board a client id names, beside Auth's users and HMAC
+	// secret. Wired by the bridge, not a file key.
+	Issued CredentialVerifier `yaml:"-"`
+	// RequireCredentials refuses boards without valid credentials even
+	// when Auth configures none and would admit anonymous boards
+	// (admission is on). Wired by the bridge, not a file key.
+	RequireCredentials bool `yaml:"-"`
+}
+
+// CredentialVerifier checks the MQTT username and password issued to one
+// board. Implementations must compare in constant time.
+type CredentialVerifier interface {
+	VerifyMQTT(deviceID, username, password string) bool
 }
 
 // WithDefaults fills zero fields.

@@ -1,0 +1,150 @@
+package app
+
+// This file wires the OTA endpoint and admission (package ota) and the
+// optional TLS of the device and control listeners: the ota: and tls:
+// sections of the configuration, their flags, and what the transports are
+// told about issued credentials. docs/real-boards.md is the user's guide.
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+
+	"github.com/devicebridge/devicebridge/mqtt/broker"
+	"github.com/devicebridge/devicebridge/ota"
+)
+
+// OTAConfig configures the OTA endpoint on the device listener: whether it
+// runs (default true), and the ota package's own options, whose yaml keys
+// sit directly under ota:.
+type OTAConfig struct {
+	Enabled    bool `yaml:"enabled"`
+	ota.Config `yaml:",inline"`
+}
+
+func defaultOTAConfig() OTAConfig {
+	return OTAConfig{Enabled: true, Config: ota.Config{Path: ota.DefaultPath, MQTTKeepAlive: ota.DefaultMQTTKeepAlive}}
+}
+
+func (c OTAConfig) validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	return c.Config.Validate()
+}
+
+// TLSConfig holds the optional certificates of the two HTTP listeners.
+// Boards verify servers against public CAs only: a self-signed device
+// certificate is for simulators and tests, or behind a proxy (see
+// docs/real-boards.md).
+type TLSConfig struct {
+	Device  CertConfig `yaml:"device"`
+	Control CertConfig `yaml:"control"`
+}
+
+// CertConfig is a PEM certificate (chain) and its key; both or neither.
+type CertConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+func (c CertConfig) enabled() bool { return c.CertFile != "" || c.KeyFile != "" }
+
+func (c CertConfig) validate(name string) error {
+	if c.enabled() && (c.CertFile == "" || c.KeyFile == "") {
+		return fmt.Errorf("tls.%s: set both cert_file and key_file", name)
+	}
+	return nil
+}
+
+// load reads the key pair; nil without one.
+func (c CertConfig) load(name string) (*tls.Config, error) {
+	if !c.enabled() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.%s: %w", name, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func (c TLSConfig) validate() error {
+	return errors.Join(c.Device.validate("device"), c.Control.validate("control"))
+}
+
+func registerOTAFlags(fs *flag.FlagSet, c *OTAConfig, t *TLSConfig) {
+	fs.BoolVar(&c.Enabled, "ota", c.Enabled, "serve the OTA endpoint real boards call at boot (on the device listener)")
+	fs.StringVar(&c.Transport, "ota-transport", c.Transport, "transport the OTA answer gives boards: websocket or mqtt (default: mqtt when the embedded broker runs, else websocket)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for board approvals and the credential secret (default: none, kept in memory)")
+	fs.StringVar(&c.WebSocketURL, "ota-websocket-url", c.WebSocketURL, "websocket.url handed to boards (default: from the request's Host and the device port)")
+	fs.StringVar(&c.MQTTEndpoint, "ota-mqtt-endpoint", c.MQTTEndpoint, "mqtt.endpoint host:port handed to boards (default: from the request's Host and the broker port)")
+	fs.Var(stringList{&c.Allow}, "ota-allow", "admit only this board MAC without approval (repeatable)")
+	fs.BoolVar(&c.Approval, "ota-approval", c.Approval, "unknown boards show an activation code and wait for POST /api/ota/devices/{id|code}/approve")
+	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports (implied by --ota-allow and --ota-approval)")
+	fs.StringVar(&t.Device.CertFile, "device-tls-cert", t.Device.CertFile, "PEM certificate: the device listener serves https/wss")
+	fs.StringVar(&t.Device.KeyFile, "device-tls-key", t.Device.KeyFile, "PEM key of --device-tls-cert")
+	fs.StringVar(&t.Control.CertFile, "control-tls-cert", t.Control.CertFile, "PEM certificate: the control listener serves https")
+	fs.StringVar(&t.Control.KeyFile, "control-tls-key", t.Control.KeyFile, "PEM key of --control-tls-cert")
+}
+
+// newOTA builds the OTA server and tells the WebSocket side about the
+// credentials it issues. It runs in New, before the WebSocket server is
+// built; the broker is told in startMQTT.
+func (a *App) newOTA() error {
+	if !a.cfg.OTA.Enabled {
+		return nil
+	}
+	s, err := ota.New(a.cfg.OTA.Config, a.otaNetwork, a.log.Named("ota"))
+	if err != nil {
+		return err
+	}
+	a.ota = s
+	a.cfg.WebSocket.Issued = s
+	a.cfg.WebSocket.RequireToken = s.RequireCredentials()
+	return nil
+}
+
+// OTA returns the OTA server, or nil when it is off.
+func (a *App) OTA() *ota.Server { return a.ota }
+
+// otaNetwork tells the OTA answer what listens where, as of now: the
+// embedded broker may have failed to bind, and ports may be ephemeral.
+func (a *App) otaNetwork() ota.Network {
+	n := ota.Network{DeviceTLS: a.deviceTLS, WebSocketPath: a.WS.Path()}
+	if a.deviceLn != nil {
+		_, n.DevicePort, _ = net.SplitHostPort(a.deviceLn.Addr().String())
+	}
+	gw := a.cfg.MQTT.gateway()
+	topics := gw.Topics.WithDefaults()
+	n.Uplink, n.Downlink = topics.Uplink, topics.Downlink
+	side := a.mqttSide()
+	switch {
+	case side.broker != nil:
+		n.MQTT, n.MQTTEmbedded = true, true
+		if addr := side.broker.Addr(); addr != nil {
+			_, n.MQTTPort, _ = net.SplitHostPort(addr.String())
+		}
+	case side.gateway != nil:
+		// An external broker: boards dial it where the bridge does, unless
+		// that is loopback (then the host they used to reach the bridge).
+		if u, err := url.Parse(gw.Broker); err == nil && u.Port() != "" && (u.Scheme == "tcp" || u.Scheme == "mqtt") {
+			n.MQTT, n.MQTTPort = true, u.Port()
+			if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+				n.MQTTHost = u.Hostname()
+			}
+		}
+	}
+	return n
+}
+
+// issuedMQTT is what the embedded broker is told about OTA credentials.
+func (a *App) issuedMQTT() (broker.CredentialVerifier, bool) {
+	if a.ota == nil {
+		return nil, false
+	}
+	return a.ota, a.ota.RequireCredentials()
+}

@@ -1,0 +1,372 @@
+package app
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/ota"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// otaBridge is a bridge whose every log line, debug included, is kept so
+// that tests can check no secret ever reaches a log.
+type otaBridge struct {
+	*App
+	logs *observer.ObservedLogs
+}
+
+func startOTABridge(t *testing.T, mutate func(*Config)) otaBridge {
+	t.Helper()
+	cfg := Default()
+	cfg.DeviceListen = "127.0.0.1:0"
+	cfg.ControlListen = "127.0.0.1:0"
+	cfg.MQTT.Listen = "127.0.0.1:0"
+	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	cfg.OTA.DataDir = t.TempDir()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	logger := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core()))
+	a, err := New(cfg, logger)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	require.NoError(t, a.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+		defer cancel()
+		assert.NoError(t, a.Shutdown(ctx))
+	})
+	return otaBridge{App: a, logs: logs}
+}
+
+// assertNoSecrets checks every log line, message and fields, for secrets.
+func (b otaBridge) assertNoSecrets(t *testing.T, secrets ...string) {
+	t.Helper()
+	require.NotZero(t, b.logs.Len())
+	for _, e := range b.logs.All() {
+		fields, _ := json.Marshal(e.ContextMap())
+		line := e.Message + " " + string(fields)
+		for _, s := range secrets {
+			require.NotEmpty(t, s)
+			assert.NotContains(t, line, s, "secret in a log line")
+		}
+	}
+}
+
+func bootOTA(t *testing.T, b *simulator.Board, oc simulator.OTAConfig) (*simulator.OTAResult, *simulator.MQTTConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	res, conn, err := b.BootOTA(ctx, oc)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		_ = b.Close()
+	})
+	return res, conn
+}
+
+func TestOTABootIntoMQTT(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) { c.OTA.RequireCredentials = true })
+	b := newBoard(t, "02:00:09:00:00:01", "breadboard")
+	res, _ := bootOTA(t, b, simulator.OTAConfig{URL: a.OTAURL()})
+	require.Equal(t, "mqtt", res.Transport, "the embedded broker runs: boards get MQTT")
+	_, port, _ := net.SplitHostPort(a.MQTTAddr().String())
+	assert.Equal(t, "127.0.0.1:"+port, res.MQTT.Endpoint, "the answer advertises the broker's real port")
+	assert.Equal(t, "devices/up/02_00_09_00_00_01", res.MQTT.PublishTopic)
+	d := apiOf(t, a.App).waitReady("02:00:09:00:00:01")
+	assert.Equal(t, "mqtt", d.Transport)
+	a.assertNoSecrets(t, res.MQTT.Password)
+}
+
+func TestOTABootIntoWebSocket(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) {
+		c.OTA.RequireCredentials = true
+		c.MQTT.Listen = "" // no broker: WebSocket by default
+	})
+	b := newBoard(t, "02:00:09:00:00:02", "breadboard")
+	res, _ := bootOTA(t, b, simulator.OTAConfig{URL: a.OTAURL()})
+	require.Equal(t, "websocket", res.Transport)
+	assert.Equal(t, a.DeviceURL(), res.WebSocketURL)
+	d := apiOf(t, a.App).waitReady("02:00:09:00:00:02")
+	assert.Equal(t, "websocket", d.Transport)
+	a.assertNoSecrets(t, res.WebSocketToken)
+}
+
+func TestOTATransportFlagAndOverride(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) {
+		c.OTA.Transport = "websocket"
+		c.OTA.Transports = map[string]string{"02:00:09:00:00:04": "mqtt"}
+	})
+	ws := newBoard(t, "02:00:09:00:00:03", "breadboard")
+	res, _ := bootOTA(t, ws, simulator.OTAConfig{URL: a.OTAURL()})
+	assert.Equal(t, "websocket", res.Transport)
+	mq := newBoard(t, "02:00:09:00:00:04", "breadboard")
+	res, _ = bootOTA(t, mq, simulator.OTAConfig{URL: a.OTAURL()})
+	assert.Equal(t, "mqtt", res.Transport)
+	api := apiOf(t, a.App)
+	assert.Equal(t, "websocket", api.waitReady("02:00:09:00:00:03").Transport)
+	assert.Equal(t, "mqtt", api.waitReady("02:00:09:00:00:04").Transport)
+}
+
+// TestOTACredentialsRefused: with credentials required, a board without
+// them, with wrong ones or with another board's is refused on both
+// transports.
+func TestOTACredentialsRefused(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) { c.OTA.RequireCredentials = true; c.OTA.Transport = "websocket" })
+	owner := newBoard(t, "02:00:09:00:00:05", "breadboard")
+	res, _ := bootOTA(t, owner, simulator.OTAConfig{URL: a.OTAURL()})
+	apiOf(t, a.App).waitReady("02:00:09:00:00:05")
+	issued := a.OTA().Credentials().MQTT("02:00:09:00:00:05", owner.ClientID())
+
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	for name, token := range map[string]string{"none": "", "wrong": "nope", "another board's": res.WebSocketToken} {
+		thief, err := simulator.NewBoard(simulator.Config{MAC: "02:00:09:00:00:06", Profile: loadProfile(t, "breadboard"), Token: token})
+		require.NoError(t, err)
+		err = thief.ConnectWebSocket(ctx, a.DeviceURL())
+		var he *simulator.HandshakeError
+		require.ErrorAs(t, err, &he, name)
+		assert.Equal(t, http.StatusUnauthorized, he.StatusCode, name)
+	}
+
+	broker := "tcp://" + a.MQTTAddr().String()
+	for name, mc := range map[string]simulator.MQTTConfig{
+		"anonymous":       {Endpoint: broker},
+		"wrong password":  {Endpoint: broker, Username: issued.Username, Password: "nope"},
+		"another board's": {Endpoint: broker, Username: issued.Username, Password: issued.Password},
+	} {
+		thief := newBoard(t, "02:00:09:00:00:06", "breadboard")
+		_, err := thief.ConnectMQTT(ctx, mc)
+		require.ErrorIs(t, err, simulator.ErrMQTTRefused, name)
+	}
+	// The owner's own MQTT login works.
+	mc := simulator.MQTTConfig{Endpoint: broker, ClientID: issued.ClientID, Username: issued.Username, Password: issued.Password}
+	connectMQTT(t, a.App, newBoard(t, "02:00:09:00:00:05", "breadboard"), mc)
+	a.assertNoSecrets(t, res.WebSocketToken, issued.Password)
+}
+
+// TestOTAApprovalAndRestart: an unknown board shows a code, polls until an
+// operator approves it on the control API, then connects; after a bridge
+// restart over the same data directory it is admitted at once.
+func TestOTAApprovalAndRestart(t *testing.T) {
+	leakCheck(t)
+	dir := t.TempDir()
+	mutate := func(c *Config) {
+		c.OTA.Approval = true
+		c.OTA.DataDir = dir
+		c.Control.Tokens = []string{"ops"}
+	}
+	a := startOTABridge(t, mutate)
+	b := newBoard(t, "02:00:09:00:00:07", "breadboard")
+	oc := simulator.OTAConfig{URL: a.OTAURL(), ActivationPending: 20 * time.Millisecond, ActivationRetry: 20 * time.Millisecond}
+	type boot struct {
+		res  *simulator.OTAResult
+		conn *simulator.MQTTConn
+		err  error
+	}
+	done := make(chan boot, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	go func() {
+		res, conn, err := b.BootOTA(ctx, oc)
+		done <- boot{res, conn, err}
+	}()
+
+	control := "http://" + a.ControlAddr().String()
+	var pending ota.DeviceView
+	require.Eventually(t, func() bool {
+		var list struct{ Devices []ota.DeviceView }
+		if code := getWithToken(t, control+"/api/ota/devices", "ops", &list); code != http.StatusOK || len(list.Devices) != 1 {
+			return false
+		}
+		pending = list.Devices[0]
+		return pending.Pending
+	}, mqttWait, 10*time.Millisecond)
+	assert.Equal(t, "02:00:09:00:00:07", pending.DeviceID)
+	assert.Regexp(t, `^\d{6}$`, pending.Code)
+	assert.False(t, pending.Admitted)
+	_, listed := apiOf(t, a.App).device("02:00:09:00:00:07")
+	assert.False(t, listed, "not connected before approval")
+
+	// The approval route takes the control tokens.
+	assert.Equal(t, http.StatusUnauthorized, postWithToken(t, control+"/api/ota/devices/"+pending.Code+"/approve", ""))
+	assert.Equal(t, http.StatusOK, postWithToken(t, control+"/api/ota/devices/"+pending.Code+"/approve", "ops"))
+
+	var got boot
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		t.Fatal("board did not boot after approval")
+	}
+	require.NoError(t, got.err)
+	assert.Equal(t, 1, got.res.Activations)
+	assert.Equal(t, pending.Code, got.res.ActivationCode, "the code on the board's screen is the one the operator saw")
+	require.Equal(t, "mqtt", got.res.Transport)
+	require.NotNil(t, got.conn)
+	// The control API needs the token now; waitReady goes through a plain
+	// client, so check the Hub instead.
+	require.Eventually(t, func() bool { return hubReady(a.App, "02:00:09:00:00:07") }, mqttWait, 10*time.Millisecond)
+	a.assertNoSecrets(t, pending.Code, got.res.MQTT.Password)
+	_ = got.conn.Close()
+	_ = b.Close()
+	ctxDown, cancelDown := context.WithTimeout(context.Background(), mqttWait)
+	defer cancelDown()
+	require.NoError(t, a.Shutdown(ctxDown))
+
+	// Restart: the approval and the secret survive.
+	a2 := startOTABridge(t, mutate)
+	b2 := newBoard(t, "02:00:09:00:00:07", "breadboard")
+	res, conn := bootOTA(t, b2, simulator.OTAConfig{URL: a2.OTAURL()})
+	assert.Zero(t, res.Activations, "approved before the restart")
+	assert.Equal(t, got.res.MQTT.Password, res.MQTT.Password, "same issued credentials")
+	require.NotNil(t, conn)
+	require.Eventually(t, func() bool { return hubReady(a2.App, "02:00:09:00:00:07") }, mqttWait, 10*time.Millisecond)
+}
+
+func hubReady(a *App, id string) bool {
+	for _, d := range a.Hub.Devices() {
+		if d.DeviceID == id {
+			return d.State == device.StateReady
+		}
+	}
+	return false
+}
+
+func getWithToken(t *testing.T, url, token string, into any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if into != nil {
+		_ = json.NewDecoder(resp.Body).Decode(into)
+	}
+	return resp.StatusCode
+}
+
+func postWithToken(t *testing.T, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns
+// their paths and a pool that trusts it.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "devicebridge test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestTLSListeners: with certificates the device listener serves https
+// (OTA) and wss, the control listener https; plain http is refused.
+func TestTLSListeners(t *testing.T) {
+	leakCheck(t)
+	certFile, keyFile, pool := selfSigned(t)
+	a := startOTABridge(t, func(c *Config) {
+		c.MQTT.Listen = ""
+		c.OTA.RequireCredentials = true
+		c.TLS.Device = CertConfig{CertFile: certFile, KeyFile: keyFile}
+		c.TLS.Control = CertConfig{CertFile: certFile, KeyFile: keyFile}
+	})
+	require.True(t, strings.HasPrefix(a.OTAURL(), "https://"))
+	b, err := simulator.NewBoard(simulator.Config{MAC: "02:00:09:00:00:08", Profile: loadProfile(t, "breadboard"),
+		TLS: &tls.Config{RootCAs: pool}})
+	require.NoError(t, err)
+	res, _ := bootOTA(t, b, simulator.OTAConfig{URL: a.OTAURL()})
+	require.Equal(t, "websocket", res.Transport)
+	assert.True(t, strings.HasPrefix(res.WebSocketURL, "wss://127.0.0.1:"), res.WebSocketURL)
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("https://" + a.ControlAddr().String() + "/api/devices/02:00:09:00:00:08")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var d apiDevice
+		_ = json.NewDecoder(resp.Body).Decode(&d)
+		return d.State == "ready"
+	}, mqttWait, 10*time.Millisecond)
+
+	// Plain http on a TLS listener gets nowhere.
+	resp, err := http.Get("http://" + a.ControlAddr().String() + "/healthz")
+	if err == nil {
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		resp.Body.Close()
+	}
+}
+
+// TestSimulatedBoardsWithRequiredCredentials: in-process boards have no
+// static token to share, so they boot through OTA and use what it issues.
+func TestSimulatedBoardsWithRequiredCredentials(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) {
+		c.OTA.RequireCredentials = true
+		c.MQTT.Listen = ""
+		c.Simulate.Count = 1
+	})
+	d := apiOf(t, a.App).waitReady("02:00:00:00:00:01")
+	assert.Equal(t, "websocket", d.Transport)
+}
