@@ -203,18 +203,9 @@ func tooManyRounds(e *entry, n int) *mcp.CallToolResult {
 // the plan is settled, then runs the tool (or not, if the user said no).
 func (s *Server) elicitRounds(ctx context.Context, req *mcp.CallToolRequest, e *entry, ft *flow.Tool, plan *flow.Plan) *mcp.CallToolResult {
 	for round := 0; ; round++ {
-		if plan.Declined {
-			return declined(e, "decline")
-		}
-		if plan.Ready() {
-			return s.call(ctx, req, e, plan.Args)
-		}
-		if round >= s.maxRounds() {
-			return tooManyRounds(e, round)
-		}
-		params, err := ask(e, plan)
-		if err != nil {
-			return s.cannotAsk(ctx, req, e, plan, err)
+		done, params := s.nextStep(ctx, req, e, plan, round)
+		if done != nil {
+			return done
 		}
 		s.log.Debug("asking the user", zap.String("tool", e.tool.Name), zap.Int("round", round+1))
 		res, err := req.Session.Elicit(ctx, params)
@@ -236,6 +227,26 @@ func (s *Server) elicitRounds(ctx context.Context, req *mcp.CallToolRequest, e *
 			return errorResult("%s", flowMessage(err))
 		}
 	}
+}
+
+// nextStep decides what a plan needs after round rounds: a final result
+// (the user said no, the tool ran, too many rounds, or no form can carry
+// the question), or the form to put to the user next.
+func (s *Server) nextStep(ctx context.Context, req *mcp.CallToolRequest, e *entry, plan *flow.Plan, round int) (*mcp.CallToolResult, *mcp.ElicitParams) {
+	if plan.Declined {
+		return declined(e, "decline"), nil
+	}
+	if plan.Ready() {
+		return s.call(ctx, req, e, plan.Args), nil
+	}
+	if round >= s.maxRounds() {
+		return tooManyRounds(e, round), nil
+	}
+	params, err := ask(e, plan)
+	if err != nil {
+		return s.cannotAsk(ctx, req, e, plan, err), nil
+	}
+	return nil, params
 }
 
 // withError marks the open prompts of a plan with why the last answer was
@@ -294,18 +305,9 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			}
 		}
 	}
-	if plan.Declined {
-		return declined(e, "decline")
-	}
-	if plan.Ready() {
-		return s.call(ctx, req, e, plan.Args)
-	}
-	if round >= s.maxRounds() {
-		return tooManyRounds(e, round)
-	}
-	params, err := ask(e, plan)
-	if err != nil {
-		return s.cannotAsk(ctx, req, e, plan, err)
+	done, params := s.nextStep(ctx, req, e, plan, round)
+	if done != nil {
+		return done
 	}
 	s.log.Debug("asking the user (input_required)", zap.String("tool", e.tool.Name), zap.Int("round", round+1))
 	return &mcp.CallToolResult{
