@@ -53,7 +53,7 @@ type Server struct {
 	hub     *device.Hub
 	opts    Options
 	log     *zap.Logger
-	streams *streams // open /api/events streams; see Close
+	streams *streams     // open /api/events streams; see Close
 	flow    *flow.Engine // interactions; nil when off
 }
 
