@@ -90,7 +90,11 @@ func (p prop) signature() string {
 		s += "(" + num(p.Min) + ".." + num(p.Max) + ")"
 	}
 	if len(p.Default) > 0 {
-		s += "=" + string(p.Default)
+		d := []rune(string(p.Default))
+		if len(d) > 20 { // a long default would widen the whole table
+			d = append(d[:18], '…')
+		}
+		s += "=" + string(d)
 	}
 	if !p.Required {
 		s = "[" + s + "]"
