@@ -156,12 +156,43 @@ try {
   await page.waitForSelector(`${reboot} .result [data-state="cancelled"]`, { timeout: T });
   check((await getJSON('/api/devices/02:00:00:00:00:01')).state === 'ready', 'declining the reboot left the board alone');
 
+  // Images in a result are shown as images (no simulated tool returns one,
+  // so the bridge's answer is stood in for here).
+  const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==';
+  await page.route('**/api/devices/*/interactions', (route) => route.fulfill({ contentType: 'application/json', body: JSON.stringify({
+    sessionId: 'flw_test', state: 'completed', summary: 'stand-in',
+    result: { success: true, text: '', data: { content: [{ type: 'image', mimeType: 'image/png', data: png }, { type: 'text', text: '{"w":1}' }] } } }) }));
+  const info = '.tool[data-tool="self.screen.get_info"]';
+  await page.click(`${info} button[type="submit"]`);
+  await page.waitForSelector(`${info} .result img[src^="data:image/png;base64,"]`, { timeout: T });
+  check((await page.textContent(`${info} .result pre`)).includes('"w": 1'), 'image results show as images, JSON text pretty-printed');
+  await page.unroute('**/api/devices/*/interactions');
+
   // The event log and the metrics saw the calls.
   await page.waitForFunction(() => Number(document.getElementById('m-rate').textContent) > 0, null, { timeout: T });
   check((await page.$$eval('#events li', (li) => li.map((x) => x.textContent))).some((t) => t.includes('self.audio_speaker.set_volume → ok')),
     'the event log shows the calls, the metrics count them');
   await page.screenshot({ path: join(out, 'board-done.png'), fullPage: true });
   check(pageErrors.length === 0, 'no script errors in the page' + (pageErrors.length ? ': ' + pageErrors.join('; ') : ''));
+
+  // With control tokens the console asks for one, then shows the fleet.
+  const [cp2, dp2] = [await freePort(), await freePort()];
+  procs.push(start(join(out, 'bridge'), ['--simulate', '1', '--control-token', 's3cret', '--control-listen', `127.0.0.1:${cp2}`,
+    '--device-listen', `127.0.0.1:${dp2}`, '--mqtt-listen', '', '--log-level', 'warn'], 'bridge with a token'));
+  await until('the second bridge', async () => (await fetch(`http://127.0.0.1:${cp2}/healthz`)).ok);
+  const page2 = await browser.newPage({ viewport: { width: 1280, height: 500 } });
+  await page2.goto(`http://127.0.0.1:${cp2}/`);
+  await page2.waitForSelector('#login:not([hidden])', { timeout: T });
+  check((await page2.$$('#fleet tbody tr')).length === 0, 'without a token the console shows no board and asks for one');
+  await page2.screenshot({ path: join(out, 'token.png'), fullPage: true });
+  await page2.fill('#token', 'wrong');
+  await page2.click('#login button');
+  await page2.waitForFunction(() => document.getElementById('login-error').textContent.includes('refused'), null, { timeout: T });
+  await page2.fill('#token', 's3cret');
+  await page2.click('#login button');
+  await page2.waitForSelector('#live.on', { timeout: T });
+  await page2.waitForSelector('#fleet tr[data-id="02:00:00:00:00:01"].ready', { timeout: T });
+  check(await page2.isHidden('#login'), 'with the token the fleet shows, live');
 } catch (e) {
   failed = true;
   console.error('FAIL ' + (e.stack || e));
