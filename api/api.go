@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/bearer"
 )
 
@@ -38,6 +39,13 @@ type Options struct {
 	// EventsHeartbeat is how often an idle /api/events stream gets a
 	// comment line. Default 15s.
 	EventsHeartbeat time.Duration
+	// Interactions, when set, serves guided calls (interactions.go).
+	Interactions *InteractionOptions
+	// Alias, when set, gives each board's alias (shown as "alias" in
+	// board listings and events, so that clients can name boards by it).
+	Alias func(deviceID string) string
+	// Console, when set, is served on GET / (the web console).
+	Console http.Handler
 }
 
 // Server serves the control API.
@@ -45,7 +53,8 @@ type Server struct {
 	hub     *device.Hub
 	opts    Options
 	log     *zap.Logger
-	streams *streams // open /api/events streams; see Close
+	streams *streams     // open /api/events streams; see Close
+	flow    *flow.Engine // interactions; nil when off
 }
 
 // New creates the control API over hub.
@@ -59,7 +68,13 @@ func New(hub *device.Hub, opts Options, logger *zap.Logger) *Server {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Server{hub: hub, opts: opts, log: logger, streams: newStreams()}
+	s := &Server{hub: hub, opts: opts, log: logger, streams: newStreams()}
+	if err := s.setupInteractions(); err != nil {
+		// Only a missing Lookup fails NewEngine, and setupInteractions
+		// always passes one.
+		panic(err)
+	}
+	return s
 }
 
 // Register mounts the routes on mux.
@@ -69,17 +84,27 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.Handle("GET /api/devices/{id}", s.auth(http.HandlerFunc(s.getDevice)))
 	mux.Handle("POST /api/devices/{id}/call", s.auth(http.HandlerFunc(s.callTool)))
 	s.registerObservability(mux) // /readyz, /metrics, /api/events
+	s.registerInteractions(mux)  // /api/devices/{id}/interactions, /api/interactions/{sid}
+	if s.opts.Console != nil {
+		// The console's files are public (they hold no fleet data, and a
+		// browser cannot send a bearer token for a page load); everything
+		// they show comes from /api, behind the tokens.
+		mux.Handle("GET /{$}", s.opts.Console)
+		mux.Handle("GET /console/", s.opts.Console)
+	}
 }
 
 // DeviceSummary is one row of GET /api/devices.
 type DeviceSummary struct {
 	device.Info
-	ToolCount int `json:"tool_count"`
+	Alias     string `json:"alias,omitempty"`
+	ToolCount int    `json:"tool_count"`
 }
 
 // DeviceDetail is GET /api/devices/{id}.
 type DeviceDetail struct {
 	device.Info
+	Alias string            `json:"alias,omitempty"`
 	Tools []device.ToolInfo `json:"tools"`
 }
 
@@ -112,7 +137,7 @@ func (s *Server) listDevices(w http.ResponseWriter, _ *http.Request) {
 	infos := s.hub.Devices()
 	out := make([]DeviceSummary, 0, len(infos))
 	for _, i := range infos {
-		out = append(out, DeviceSummary{Info: i, ToolCount: len(i.Tools)})
+		out = append(out, DeviceSummary{Info: i, Alias: s.alias(i.DeviceID), ToolCount: len(i.Tools)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"devices": out})
 }
@@ -124,7 +149,14 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info := sess.Info()
-	writeJSON(w, http.StatusOK, DeviceDetail{Info: info, Tools: info.ToolInfos()})
+	writeJSON(w, http.StatusOK, DeviceDetail{Info: info, Alias: s.alias(info.DeviceID), Tools: info.ToolInfos()})
+}
+
+func (s *Server) alias(id string) string {
+	if s.opts.Alias == nil {
+		return ""
+	}
+	return s.opts.Alias(id)
 }
 
 func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {

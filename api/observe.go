@@ -56,6 +56,9 @@ func newStreams() *streams { return &streams{done: make(chan struct{})} }
 // idempotent.
 func (s *Server) Close() {
 	s.streams.once.Do(func() { close(s.streams.done) })
+	if s.flow != nil {
+		s.flow.Close() // open interactions end; a running call is abandoned
+	}
 }
 
 func (s *Server) registerObservability(mux *http.ServeMux) {
@@ -159,7 +162,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-sub.C():
 			for _, ev := range sub.Next() {
 				id++
-				writeEvent(&buf, id, ev)
+				writeEvent(&buf, id, ev, s.alias)
 			}
 		}
 		if err := send(); err != nil {
@@ -170,7 +173,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeEvent appends one SSE frame: id, event name, one line of JSON.
-func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event) {
+func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event, alias func(string) string) {
 	var data any
 	switch ev.Type {
 	case device.EventCall:
@@ -183,7 +186,11 @@ func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event) {
 	case device.EventResync:
 		data = struct{}{} // re-read GET /api/devices
 	default:
-		data = BoardEvent{Info: ev.Info, ToolCount: len(ev.Info.Tools)}
+		b := BoardEvent{Info: ev.Info, ToolCount: len(ev.Info.Tools)}
+		if alias != nil {
+			b.Alias = alias(ev.Info.DeviceID)
+		}
+		data = b
 	}
 	b, err := json.Marshal(data) // one line: encoding/json escapes newlines
 	if err != nil {

@@ -78,11 +78,11 @@ func first(next func() (string, bool)) string { l, _ := next(); return l }
 // TestWriteEvent: the frame of each event type.
 func TestWriteEvent(t *testing.T) {
 	var b bytes.Buffer
-	writeEvent(&b, 7, device.Event{Type: device.EventResync})
+	writeEvent(&b, 7, device.Event{Type: device.EventResync}, nil)
 	assert.Equal(t, "id: 7\nevent: resync\ndata: {}\n\n", b.String())
 	b.Reset()
 	writeEvent(&b, 8, device.Event{Type: device.EventCall, DeviceID: "aa:bb:cc:dd:ee:ff", Call: device.CallOutcome{
-		Transport: "mqtt", Tool: "self.lamp.turn_on", Code: device.CodeTimeout, Duration: 1500 * time.Microsecond}})
+		Transport: "mqtt", Tool: "self.lamp.turn_on", Code: device.CodeTimeout, Duration: 1500 * time.Microsecond}}, nil)
 	assert.Equal(t, "id: 8\nevent: call\ndata: "+
 		`{"device_id":"aa:bb:cc:dd:ee:ff","transport":"mqtt","tool":"self.lamp.turn_on","code":"timeout","duration_ms":1.5}`+"\n\n",
 		b.String())

@@ -64,7 +64,9 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 
 // apiOptions configures the control API, /metrics and /readyz included.
 func (a *App) apiOptions() api.Options {
-	return api.Options{Tokens: a.cfg.Control.Tokens, Metrics: a.Metrics.Handler(), Ready: a.readiness}
+	o := api.Options{Tokens: a.cfg.Control.Tokens, Metrics: a.Metrics.Handler(), Ready: a.readiness}
+	a.addConsole(&o) // aliases, interactions, the web console (console.go)
+	return o
 }
 
 // readiness is what /readyz reports: the listeners serve (and the bridge

@@ -192,9 +192,17 @@ func (s *Server) InteractionCounts() map[string]int {
 
 // needsConfirm reports whether a board tool needs the user's yes: it
 // matches a confirm pattern, or the board annotates it destructive.
-func (s *Server) needsConfirm(t device.Tool) bool {
+func (s *Server) needsConfirm(t device.Tool) bool { return NeedsConfirm(s.confirm, t) }
+
+// NeedsConfirm reports whether a board tool needs the user's yes under the
+// confirm patterns (FlowOptions.Confirm: path.Match patterns, compared
+// ignoring case) or because the board annotates it destructive. The
+// control API's interactions use it so that they confirm exactly what
+// /mcp confirms.
+func NeedsConfirm(patterns []string, t device.Tool) bool {
 	name := strings.ToLower(t.Name)
-	for _, p := range s.confirm {
+	for _, p := range patterns {
+		p = strings.ToLower(strings.TrimSpace(p))
 		if ok, _ := path.Match(p, name); ok {
 			return true
 		}

@@ -1,0 +1,266 @@
+package api
+
+// This file serves guided calls on the control API: a tool call that
+// lacks arguments, carries invalid ones or needs the user's confirmation
+// runs as an interaction, prompt by prompt, over the same engine (package
+// flow) that serves interaction.* on /mcp. The web console and
+// `devicebridge interact` use these routes rather than /mcp because they
+// speak the control API's vocabulary (a board by its MAC, a tool by the
+// board's own name, user-only tools included), take the control tokens,
+// and need no MCP session. README "Control API" documents them.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/bearer"
+)
+
+// InteractionOptions turn on the interaction routes.
+type InteractionOptions struct {
+	// NeedsConfirm says whether a board tool needs the user's yes before
+	// it runs (the app passes /mcp's rule, tools.NeedsConfirm); nil: none.
+	NeedsConfirm func(device.Tool) bool
+	// Timeout, MaxPerOwner, MaxPrompts and MaxDuration are flow.Options'.
+	Timeout     time.Duration
+	MaxPerOwner int
+	MaxPrompts  int
+	MaxDuration time.Duration
+}
+
+// InteractionStart is the body of POST /api/devices/{id}/interactions:
+// the tool (the board's own name) and the arguments known so far.
+type InteractionStart struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Guided also asks the optional arguments of a tool without required
+	// ones.
+	Guided bool `json:"guided,omitempty"`
+}
+
+// InteractionAnswer is the body of POST /api/interactions/{sid}.
+type InteractionAnswer struct {
+	// Value answers the open prompt; null takes its default.
+	Value json.RawMessage `json:"value"`
+}
+
+// lookupError is how the interaction lookup says a board or tool is
+// missing; the routes turn it into the control API's usual error.
+type lookupError struct {
+	status int
+	detail ErrorDetail
+}
+
+func (e *lookupError) Error() string { return e.detail.Message }
+
+// interactionKey names a board tool for the engine: device id, "/", tool.
+// A device id never holds "/" here (the routes refuse such boards).
+func interactionKey(deviceID, tool string) string { return deviceID + "/" + tool }
+
+func (s *Server) setupInteractions() error {
+	o := s.opts.Interactions
+	if o == nil {
+		return nil
+	}
+	eng, err := flow.NewEngine(flow.Options{
+		Lookup:      s.lookupInteractionTool,
+		Timeout:     o.Timeout,
+		MaxPerOwner: o.MaxPerOwner,
+		MaxPrompts:  o.MaxPrompts,
+		MaxDuration: o.MaxDuration,
+		Logger:      s.log.Named("interactions"),
+	})
+	if err != nil {
+		return err
+	}
+	s.flow = eng
+	return nil
+}
+
+func (s *Server) registerInteractions(mux *http.ServeMux) {
+	if s.flow == nil {
+		return
+	}
+	mux.Handle("POST /api/devices/{id}/interactions", s.auth(http.HandlerFunc(s.startInteraction)))
+	mux.Handle("GET /api/interactions/{sid}", s.auth(http.HandlerFunc(s.interactionState)))
+	mux.Handle("POST /api/interactions/{sid}", s.auth(http.HandlerFunc(s.answerInteraction)))
+	mux.Handle("DELETE /api/interactions/{sid}", s.auth(http.HandlerFunc(s.cancelInteraction)))
+}
+
+// lookupInteractionTool resolves "<device>/<tool>" against the board as it
+// is now. Execute goes through the Hub like POST .../call (same checks,
+// same events and metrics); the board's whole answer is the outcome's data,
+// so that images reach the console.
+func (s *Server) lookupInteractionTool(_ context.Context, key string) (*flow.Tool, error) {
+	id, name, _ := strings.Cut(key, "/")
+	sess, ok := s.hub.Session(id)
+	if !ok {
+		return nil, &lookupError{http.StatusNotFound, ErrorDetail{Code: "unknown_device",
+			Message: fmt.Sprintf("no connected device %q (GET /api/devices lists them)", id)}}
+	}
+	info := sess.Info()
+	var known []string
+	for _, t := range info.Tools {
+		known = append(known, t.Name)
+		if t.Name != name {
+			continue
+		}
+		confirm := false
+		if s.opts.Interactions.NeedsConfirm != nil {
+			confirm = s.opts.Interactions.NeedsConfirm(t)
+		}
+		return &flow.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Confirm: confirm,
+			Execute: func(ctx context.Context, args json.RawMessage) (flow.Result, error) {
+				res, err := s.hub.CallTool(ctx, id, name, args)
+				if err != nil {
+					status, code := classify(err)
+					return flow.Result{Text: err.Error(), IsError: true,
+						Data: map[string]any{"error": ErrorDetail{Code: code, Message: err.Error()}, "status": status}}, nil
+				}
+				return flow.Result{Text: res.Text(), IsError: res.IsError, Data: res}, nil
+			}}, nil
+	}
+	return nil, &lookupError{http.StatusNotFound, ErrorDetail{Code: "unknown_tool", Tools: known,
+		Message: fmt.Sprintf("device %s has no tool %q (GET /api/devices/%s lists its tools)", id, name, id)}}
+}
+
+// interactionOwner is who may see an interaction: the bearer token's
+// hash, or, without tokens, the client's IP address (as on /mcp in the
+// stateless era).
+func interactionOwner(r *http.Request) string {
+	if tok, ok := bearer.FromHeader(r.Header.Get("Authorization")); ok && tok != "" {
+		sum := sha256.Sum256([]byte("token\x00" + tok))
+		return "t:" + hex.EncodeToString(sum[:])
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	sum := sha256.Sum256([]byte("addr\x00" + host))
+	return "a:" + hex.EncodeToString(sum[:])
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes", s.opts.MaxBodyBytes))
+		return false
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body is not the expected JSON object: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
+	var req InteractionStart
+	if !s.readBody(w, r, &req) {
+		return
+	}
+	if req.Name == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", `"name" (the device tool to call) is required, e.g. {"name": "self.audio_speaker.set_volume", "arguments": {}}`)
+		return
+	}
+	id := r.PathValue("id")
+	if sess, ok := s.lookup(id); ok {
+		id = sess.ID()
+	}
+	if strings.Contains(id, "/") {
+		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q", id))
+		return
+	}
+	step, err := s.flow.Start(r.Context(), interactionOwner(r), interactionKey(id, req.Name), req.Arguments, flow.StartOptions{Guided: req.Guided})
+	if err != nil {
+		writeInteractionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, step)
+}
+
+func (s *Server) answerInteraction(w http.ResponseWriter, r *http.Request) {
+	var req InteractionAnswer
+	if !s.readBody(w, r, &req) {
+		return
+	}
+	if len(req.Value) == 0 {
+		req.Value = json.RawMessage("null")
+	}
+	step, err := s.flow.Respond(r.Context(), interactionOwner(r), r.PathValue("sid"), req.Value)
+	if err != nil {
+		writeInteractionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, step)
+}
+
+func (s *Server) interactionState(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.flow.GetState(interactionOwner(r), r.PathValue("sid"))
+	if err != nil {
+		writeInteractionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+func (s *Server) cancelInteraction(w http.ResponseWriter, r *http.Request) {
+	sid := r.PathValue("sid")
+	if err := s.flow.Cancel(interactionOwner(r), sid, r.URL.Query().Get("reason")); err != nil {
+		writeInteractionError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": true, "sessionId": sid})
+}
+
+// writeInteractionError maps the engine's errors onto the control API's:
+// a missing board or tool as for a call, the flow codes by what a client
+// should do about them.
+func writeInteractionError(w http.ResponseWriter, err error) {
+	var le *lookupError
+	if errors.As(err, &le) {
+		writeErrorDetail(w, le.status, le.detail)
+		return
+	}
+	var fe *flow.Error
+	if !errors.As(err, &fe) {
+		writeError(w, http.StatusInternalServerError, "interaction_failed", err.Error())
+		return
+	}
+	status, code := http.StatusConflict, "interaction_state"
+	switch fe.Code {
+	case flow.CodeSessionNotFound:
+		status, code = http.StatusNotFound, "unknown_interaction"
+	case flow.CodeSessionExpired:
+		status, code = http.StatusGone, "interaction_expired"
+	case flow.CodeValidationFailed:
+		status, code = http.StatusUnprocessableEntity, "invalid_arguments"
+	case flow.CodeTimeout:
+		status, code = http.StatusTooManyRequests, "too_many_interactions"
+	case flow.CodeAlreadyCancelled:
+		code = "interaction_cancelled"
+	case flow.CodeNotInteractive:
+		code = "not_interactive"
+	}
+	detail := ErrorDetail{Code: code, Message: fe.Message}
+	if m, ok := fe.Data.(map[string]any); ok {
+		if ps, ok := m["problems"].([]flow.Problem); ok {
+			for _, p := range ps {
+				detail.Problems = append(detail.Problems, p.Error)
+			}
+		}
+	}
+	writeErrorDetail(w, status, detail)
+}

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+func (c *cli) devices(ctx context.Context) error {
+	var raw json.RawMessage
+	if err := c.do(ctx, "GET", "/api/devices", nil, &raw); err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	var list struct {
+		Devices []board `json:"devices"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return err
+	}
+	if len(list.Devices) == 0 {
+		fmt.Fprintln(c.stdout, "no boards connected")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tALIAS\tTRANSPORT\tSTATE\tBOARD\tFIRMWARE\tTOOLS\tCONNECTED")
+	for _, b := range list.Devices {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.DeviceID, dash(b.Alias), b.Transport, b.State,
+			dash(b.Board), dash(b.FirmwareVersion), b.ToolCount, ago(b.ConnectedAt))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ago is a short age: "12s ago", "5m ago", "3h ago".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+func (c *cli) show(ctx context.Context, name string) error {
+	b, err := c.findBoard(ctx, name)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, "GET", "/api/devices/"+url.PathEscape(b.DeviceID), nil, &raw); err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	var d board
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("device", d.DeviceID)
+	row("alias", d.Alias)
+	row("client id", d.ClientID)
+	row("transport", d.Transport)
+	row("remote", d.RemoteAddr)
+	row("state", d.State)
+	row("board", d.Board)
+	row("firmware", d.FirmwareVersion)
+	if !d.ConnectedAt.IsZero() {
+		row("connected", d.ConnectedAt.Local().Format(time.DateTime)+" ("+ago(d.ConnectedAt)+")")
+	}
+	row("tools", fmt.Sprint(len(d.Tools)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout)
+	return c.printTools(d)
+}
+
+func (c *cli) tools(ctx context.Context, name string) error {
+	d, err := c.boardDetail(ctx, name)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(d.Tools)
+	}
+	return c.printTools(d)
+}
+
+// printTools lists tools in device order: name, arguments, user-only mark
+// and the first sentence of the description.
+func (c *cli) printTools(d board) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tARGUMENTS\t\tDESCRIPTION")
+	for _, t := range d.Tools {
+		var sig []string
+		for _, p := range props(t.InputSchema) {
+			sig = append(sig, p.signature())
+		}
+		mark := ""
+		if t.UserOnly {
+			mark = "user-only"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, dash(strings.Join(sig, " ")), mark, firstSentence(t.Description, 60))
+	}
+	return tw.Flush()
+}
+
+func firstSentence(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if i := strings.Index(s, ". "); i >= 0 {
+		s = s[:i+1]
+	}
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+// callResult is a tool's answer as POST .../call returns it.
+type callResult struct {
+	Content []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		Data     string `json:"data"`
+		MimeType string `json:"mimeType"`
+		Image    string `json:"image"`
+	} `json:"content"`
+	IsError bool `json:"isError"`
+}
+
+func (c *cli) call(ctx context.Context, boardName, toolName string, pairs []string) error {
+	d, err := c.boardDetail(ctx, boardName)
+	if err != nil {
+		return err
+	}
+	t, err := findTool(d, toolName)
+	if err != nil {
+		return err
+	}
+	args, err := parseArgs(t, pairs)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	stop := c.progress(fmt.Sprintf("%s on %s", t.Name, d.DeviceID))
+	err = c.do(ctx, "POST", "/api/devices/"+url.PathEscape(d.DeviceID)+"/call", map[string]any{"name": t.Name, "arguments": args}, &raw)
+	stop()
+	if err != nil {
+		return err
+	}
+	var res callResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return err
+	}
+	if c.json {
+		if err := c.printJSON(raw); err != nil {
+			return err
+		}
+	} else {
+		c.printResult(res)
+	}
+	if res.IsError {
+		return &exitError{code: exitFailed, msg: t.Name + " reported an error", silent: !c.json}
+	}
+	return nil
+}
+
+func (c *cli) printResult(res callResult) {
+	w := c.stdout
+	if res.IsError {
+		w = c.stderr
+	}
+	for _, item := range res.Content {
+		switch {
+		case item.Type == "text":
+			fmt.Fprintln(w, item.Text)
+		case item.Data != "":
+			fmt.Fprintf(w, "[%s %s, %d bytes base64; --json prints it]\n", item.Type, item.MimeType, len(item.Data))
+		case item.Image != "":
+			fmt.Fprintf(w, "[image, %d bytes; --json prints it]\n", len(item.Image))
+		}
+	}
+}
+
+// progress shows a spinner on stderr, when it is a terminal, once a call
+// has taken a second; the returned function stops and erases it.
+func (c *cli) progress(what string) func() {
+	if !c.stderrTTY {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		frames := `|/-\`
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Second):
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(c.stderr, "\r%c calling %s… %.1fs ", frames[i%4], what, time.Since(start).Seconds())
+			select {
+			case <-done:
+				fmt.Fprint(c.stderr, "\r\033[K")
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// watch prints the event stream until interrupted.
+func (c *cli) watch(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.bridge+"/api/events", nil)
+	if err != nil {
+		return errf(exitUsage, "bad bridge URL %q: %v", c.bridge, err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	c.authorize(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errf(exitUnreachable, "cannot reach the bridge at %s: %v", c.bridge, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(resp.Body)
+		return c.apiErr(resp.StatusCode, data)
+	}
+	if !c.json {
+		fmt.Fprintf(c.stderr, "watching %s (Ctrl-C to stop)\n", c.bridge)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var event, data, id string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			data += line[6:]
+		case strings.HasPrefix(line, "id: "):
+			id = line[4:]
+		case line == "" && data != "":
+			c.printEvent(id, event, data)
+			event, data, id = "", "", ""
+		}
+	}
+	if ctx.Err() != nil {
+		return nil // Ctrl-C: the normal way to stop watching
+	}
+	return errf(exitUnreachable, "the event stream ended (the bridge stopped?)")
+}
+
+func (c *cli) printEvent(id, event, data string) {
+	if c.json {
+		fmt.Fprintf(c.stdout, `{"id":%q,"event":%q,"data":%s}`+"\n", id, event, data)
+		return
+	}
+	now := time.Now().Format("15:04:05")
+	var e struct {
+		board
+		CloseCause string  `json:"close_cause"`
+		Tool       string  `json:"tool"`
+		Code       string  `json:"code"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	_ = json.Unmarshal([]byte(data), &e)
+	switch event {
+	case "online", "tools_changed":
+		fmt.Fprintf(c.stdout, "%s %-13s %s %s %s %s, %s\n", now, event, e.DeviceID, e.Transport, e.State, dash(e.Board), plural(e.ToolCount, "tool", "tools"))
+	case "offline":
+		fmt.Fprintf(c.stdout, "%s %-13s %s %s (%s)\n", now, event, e.DeviceID, dash(e.CloseCause), e.CloseReason)
+	case "call":
+		fmt.Fprintf(c.stdout, "%s %-13s %s %s → %s in %.1f ms\n", now, event, e.DeviceID, e.Tool, e.Code, e.DurationMS)
+	default:
+		fmt.Fprintf(c.stdout, "%s %-13s %s\n", now, event, data)
+	}
+}

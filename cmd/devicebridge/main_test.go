@@ -1,0 +1,374 @@
+package main
+
+// End-to-end tests: a real bridge (app, in-process) with simulated boards
+// over real WebSocket, and the CLI run against its control listener, both
+// in-process and, for what a person does at a terminal (interact, the
+// progress indicator), as a process on a pseudo-terminal typed into.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// TestMain lets the test binary stand in for the devicebridge command, so
+// that the pty tests run the real main without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("DEVICEBRIDGE_CLI_UNDER_TEST") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+type bridge struct {
+	app  *app.App
+	base string
+}
+
+// startBridge runs a bridge with boards 02:00:00:00:00:01..03; board 03's
+// self.lamp.turn_on takes 1.5 s (the progress indicator).
+func startBridge(t *testing.T, tokens ...string) *bridge {
+	t.Helper()
+	cfg := app.Default()
+	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.Control.Tokens = tokens
+	a, err := app.New(cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, a.Shutdown(ctx))
+	})
+	profile, err := simulator.LoadProfile("breadboard")
+	require.NoError(t, err)
+	for i, mac := range []string{"02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"} {
+		c := simulator.Config{MAC: mac, Profile: profile}
+		if i == 2 {
+			c.ToolDelay = map[string]time.Duration{"self.lamp.turn_on": 1500 * time.Millisecond}
+		}
+		b, err := simulator.NewBoard(c)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
+		cancel()
+	}
+	br := &bridge{app: a, base: "http://" + a.ControlAddr().String()}
+	require.Eventually(t, func() bool {
+		var list struct {
+			Devices []board `json:"devices"`
+		}
+		if !br.get(t, "/api/devices", &list, tokens...) {
+			return false
+		}
+		ready := 0
+		for _, d := range list.Devices {
+			if d.State == "ready" {
+				ready++
+			}
+		}
+		return ready == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	return br
+}
+
+func (b *bridge) get(t *testing.T, path string, out any, token ...string) bool {
+	req, _ := http.NewRequest("GET", b.base+path, nil)
+	if len(token) > 0 {
+		req.Header.Set("Authorization", "Bearer "+token[0])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	return resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(out) == nil
+}
+
+// volume asks a board for its speaker volume through the control API.
+func (b *bridge) volume(t *testing.T, mac string) int {
+	t.Helper()
+	resp, err := http.Post(b.base+"/api/devices/"+mac+"/call", "application/json", strings.NewReader(`{"name":"self.get_device_status"}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var res callResult
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
+	var st struct {
+		AudioSpeaker struct {
+			Volume int `json:"volume"`
+		} `json:"audio_speaker"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.Content[0].Text), &st))
+	return st.AudioSpeaker.Volume
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCLI runs the command in-process; it returns the exit code, stdout and
+// stderr.
+func runCLI(t *testing.T, ctx context.Context, env map[string]string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	c := &cli{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}
+	code := c.run(ctx, args, func(k string) string { return env[k] })
+	return code, out.String(), errOut.String()
+}
+
+func TestCommands(t *testing.T) {
+	br := startBridge(t)
+	env := map[string]string{"DEVICEBRIDGE_URL": br.base}
+	ctx := context.Background()
+	run := func(stdin string, args ...string) (int, string, string) { return runCLI(t, ctx, env, stdin, args...) }
+
+	t.Run("devices", func(t *testing.T) {
+		code, out, _ := run("", "devices")
+		require.Equal(t, exitOK, code)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 4, out)
+		assert.Regexp(t, `^DEVICE +ALIAS +TRANSPORT +STATE +BOARD +FIRMWARE +TOOLS +CONNECTED$`, lines[0])
+		assert.Regexp(t, `^02:00:00:00:00:01 +dev_000001 +websocket +ready +bread-compact-wifi +2\.4\.2 +13 +\d+s ago$`, lines[1])
+
+		code, out, _ = run("", "--json", "devices")
+		require.Equal(t, exitOK, code)
+		var list struct {
+			Devices []board `json:"devices"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &list))
+		assert.Len(t, list.Devices, 3)
+	})
+
+	t.Run("show and tools name boards by MAC, digits or alias", func(t *testing.T) {
+		for _, name := range []string{"02:00:00:00:00:02", "02-00-00-00-00-02", "02", "00:02", "dev_000002", "DEV_000002"} {
+			code, out, errOut := run("", "show", name)
+			require.Equal(t, exitOK, code, "%s: %s", name, errOut)
+			assert.Contains(t, out, "device     02:00:00:00:00:02\n", name)
+			assert.Contains(t, out, "self.audio_speaker.set_volume  volume:int(0..100)", name)
+		}
+		code, out, _ := run("", "tools", "01")
+		require.Equal(t, exitOK, code)
+		assert.Regexp(t, `(?m)^self\.reboot +- +user-only +Restart the board\.$`, out)
+		code, out, _ = run("", "tools", "01", "--json")
+		require.Equal(t, exitOK, code)
+		var tools []tool
+		require.NoError(t, json.Unmarshal([]byte(out), &tools))
+		assert.Equal(t, "self.get_device_status", tools[0].Name, "device order")
+	})
+
+	t.Run("unknown boards and tools say what was meant", func(t *testing.T) {
+		code, _, errOut := run("", "show", "00:0x")
+		assert.Equal(t, exitNotFound, code)
+		assert.Equal(t, "devicebridge: no board 00:0x; did you mean 02:00:00:00:00:01 or 02:00:00:00:00:02 or 02:00:00:00:00:03?\n", errOut)
+		code, _, errOut = run("", "show", "dev_00003")
+		assert.Equal(t, exitNotFound, code)
+		assert.Contains(t, errOut, "no board dev_00003; did you mean dev_000003?")
+		code, _, errOut = run("", "call", "01", "set_volum", "volume=3")
+		assert.Equal(t, exitNotFound, code)
+		assert.Contains(t, errOut, "has no tool set_volum; did you mean self.audio_speaker.set_volume?")
+		code, _, errOut = run("", "call", "01", "set_volume", "vol=3")
+		assert.Equal(t, exitInvalidArgs, code)
+		assert.Contains(t, errOut, "has no argument vol; did you mean volume?")
+		code, _, errOut = run("", "frobnicate")
+		assert.Equal(t, exitUsage, code)
+		assert.Contains(t, errOut, "unknown command")
+	})
+
+	t.Run("call types arguments from the schema", func(t *testing.T) {
+		code, out, errOut := run("", "call", "01", "set_volume", "volume=35")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Equal(t, "true\n", out)
+		assert.Equal(t, 35, br.volume(t, "02:00:00:00:00:01"))
+
+		code, _, errOut = run("", "call", "01", "set_volume", "volume=loud")
+		assert.Equal(t, exitInvalidArgs, code)
+		assert.Contains(t, errOut, "volume is a whole number from 0 to 100")
+		code, _, errOut = run("", "call", "01", "set_volume", "volume=300")
+		assert.Equal(t, exitInvalidArgs, code, "refused by the bridge before the board")
+		assert.Contains(t, errOut, "above the maximum of 100")
+		code, out, _ = run("", "call", "01", "self.audio_speaker.set_volume", "volume:=36", "--json")
+		require.Equal(t, exitOK, code)
+		assert.JSONEq(t, `{"content":[{"type":"text","text":"true"}],"isError":false}`, out)
+		assert.Equal(t, 36, br.volume(t, "02:00:00:00:00:01"))
+		code, out, _ = run("", "call", "01", "get_device_status")
+		require.Equal(t, exitOK, code)
+		assert.Contains(t, out, `"volume":36`)
+	})
+
+	t.Run("interact from piped answers", func(t *testing.T) {
+		code, out, errOut := run("150\n41\n", "interact", "02", "set_volume")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Equal(t, "true\n", out)
+		assert.Contains(t, errOut, "above the maximum of 100")
+		assert.Equal(t, 41, br.volume(t, "02:00:00:00:00:02"))
+
+		code, _, errOut = run("", "interact", "02", "set_volume")
+		assert.Equal(t, exitNotRun, code, "input ended before the answer")
+		assert.Contains(t, errOut, "nothing was sent to the board")
+	})
+
+	t.Run("unreachable bridge", func(t *testing.T) {
+		code, _, errOut := run("", "--bridge", "http://127.0.0.1:1", "devices")
+		assert.Equal(t, exitUnreachable, code)
+		assert.Contains(t, errOut, "cannot reach the bridge at http://127.0.0.1:1")
+	})
+
+	t.Run("watch", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var out, errOut syncBuffer
+		c := &cli{stdout: &out, stderr: &errOut}
+		done := make(chan int, 1)
+		go func() { done <- c.run(wctx, []string{"watch"}, func(k string) string { return env[k] }) }()
+		require.Eventually(t, func() bool { return strings.Contains(errOut.String(), "watching") }, 5*time.Second, 10*time.Millisecond)
+		code, _, _ := run("", "call", "03", "lamp.get_state")
+		require.Equal(t, exitOK, code)
+		require.Eventually(t, func() bool {
+			return strings.Contains(out.String(), "call          02:00:00:00:00:03 self.lamp.get_state → ok in ")
+		}, 5*time.Second, 10*time.Millisecond, out.String())
+		cancel()
+		select {
+		case code := <-done:
+			assert.Equal(t, exitOK, code)
+		case <-time.After(5 * time.Second):
+			t.Fatal("watch did not stop")
+		}
+	})
+}
+
+func TestToken(t *testing.T) {
+	br := startBridge(t, "s3cret")
+	code, _, errOut := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base}, "", "devices")
+	assert.Equal(t, exitUnreachable, code)
+	assert.Contains(t, errOut, "set DEVICEBRIDGE_TOKEN")
+	code, out, _ := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base, "DEVICEBRIDGE_TOKEN": "s3cret"}, "", "devices")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "02:00:00:00:00:03")
+}
+
+// term is the CLI as a process on a pseudo-terminal.
+type term struct {
+	t    *testing.T
+	f    *os.File
+	cmd  *exec.Cmd
+	out  syncBuffer
+	seen int
+	done chan struct{}
+}
+
+func startTerm(t *testing.T, base string, args ...string) *term {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "DEVICEBRIDGE_CLI_UNDER_TEST=1", "DEVICEBRIDGE_URL="+base)
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
+	require.NoError(t, err)
+	tm := &term{t: t, f: f, cmd: cmd, done: make(chan struct{})}
+	go func() { _, _ = io.Copy(&tm.out, f); close(tm.done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = f.Close() })
+	return tm
+}
+
+// expect waits for s to appear after what earlier expects consumed.
+func (tm *term) expect(s string) {
+	tm.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		all := tm.out.String()
+		if i := strings.Index(all[tm.seen:], s); i >= 0 {
+			tm.seen += i + len(s)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tm.t.Fatalf("terminal never showed %q; it shows:\n%s", s, tm.out.String())
+}
+
+// typeLine types a line and Enter, a key at a time.
+func (tm *term) typeLine(s string) {
+	for _, r := range s + "\r" {
+		_, err := tm.f.Write([]byte(string(r)))
+		require.NoError(tm.t, err)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (tm *term) exitCode() int {
+	tm.t.Helper()
+	err := tm.cmd.Wait()
+	<-tm.done
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(tm.t, err)
+	return 0
+}
+
+func TestInteractOnATerminal(t *testing.T) {
+	br := startBridge(t)
+
+	t.Run("a missing argument is asked, a bad answer asked again", func(t *testing.T) {
+		tm := startTerm(t, br.base, "interact", "dev_000003", "set_volume")
+		tm.expect("self.audio_speaker.set_volume on 02:00:00:00:00:03")
+		tm.expect("volume: a whole number from 0 to 100.")
+		tm.expect("volume (0..100)> ")
+		tm.typeLine("150")
+		tm.expect("✗ argument \"volume\" is 150, above the maximum of 100")
+		tm.expect("volume (0..100)> ")
+		tm.typeLine("42")
+		tm.expect("true")
+		assert.Equal(t, exitOK, tm.exitCode())
+		assert.Equal(t, 42, br.volume(t, "02:00:00:00:00:03"))
+	})
+
+	t.Run("a dangerous tool is confirmed; no sends nothing", func(t *testing.T) {
+		tm := startTerm(t, br.base, "interact", "01", "reboot")
+		tm.expect("Run self.reboot with {}?")
+		tm.expect("yes/no> ")
+		tm.typeLine("maybe")
+		tm.expect("answer yes or no")
+		tm.typeLine("no")
+		tm.expect("Declined: self.reboot was not run.")
+		assert.Equal(t, exitNotRun, tm.exitCode())
+		var d board
+		require.True(t, br.get(t, "/api/devices/02:00:00:00:00:01", &d))
+		assert.Equal(t, "ready", d.State)
+	})
+
+	t.Run("a call over a second shows progress", func(t *testing.T) {
+		tm := startTerm(t, br.base, "call", "03", "lamp.turn_on")
+		tm.expect("calling self.lamp.turn_on on 02:00:00:00:00:03… 1.")
+		tm.expect("true")
+		assert.Equal(t, exitOK, tm.exitCode())
+	})
+}

@@ -1,0 +1,204 @@
+// Browser test of the web console, run by .ci/run: builds the bridge and the
+// simulator, starts `bridge --simulate 3` on free loopback ports, and drives
+// the console in Debian's chromium through playwright-core:
+//   - the fleet lists the three boards, then a fourth that connects, and
+//     shows it closed when it leaves, without a reload;
+//   - setting a volume through the generated form changes the board
+//     (checked through the control API);
+//   - a call with a missing argument completes through the prompts, after a
+//     refused answer;
+//   - a tool that needs confirmation and is declined sends nothing.
+// Screenshots of every page go to a temporary directory, printed at the end.
+// Any failure exits 1.
+import { chromium } from 'playwright-core';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import net from 'node:net';
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const out = mkdtempSync(join(tmpdir(), 'devicebridge-console-'));
+const T = 15000; // every wait is bounded
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
+
+function start(bin, args, name) {
+  const p = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  p.stderr.on('data', (d) => { err = (err + d).slice(-4000); });
+  p.on('exit', (code, sig) => { if (code && !p.stopping) console.error(`${name} exited ${code} ${sig || ''}:\n${err}`); });
+  return p;
+}
+
+function stop(p) {
+  return new Promise((resolve) => {
+    if (p.exitCode !== null || p.signalCode !== null) return resolve();
+    p.stopping = true;
+    p.on('exit', resolve);
+    p.kill('SIGTERM');
+  });
+}
+
+async function until(what, f) {
+  const deadline = Date.now() + T;
+  let last;
+  while (Date.now() < deadline) {
+    try { last = await f(); if (last) return last; } catch (e) { last = e; }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${last})`);
+}
+
+function check(cond, msg) {
+  if (!cond) throw new Error('check failed: ' + msg);
+  console.log('ok   ' + msg);
+}
+
+const procs = [];
+let browser;
+let failed = false;
+try {
+  console.log('building bridge and simulator…');
+  execFileSync('go', ['build', '-o', join(out, 'bridge'), './cmd/bridge'], { cwd: repo, stdio: 'inherit' });
+  execFileSync('go', ['build', '-o', join(out, 'simulator'), './cmd/simulator'], { cwd: repo, stdio: 'inherit' });
+  const [cp, dp] = [await freePort(), await freePort()];
+  const base = `http://127.0.0.1:${cp}`;
+  const bridge = start(join(out, 'bridge'), ['--simulate', '3', '--control-listen', `127.0.0.1:${cp}`,
+    '--device-listen', `127.0.0.1:${dp}`, '--mqtt-listen', '', '--log-level', 'warn'], 'bridge');
+  procs.push(bridge);
+  const getJSON = async (path) => (await fetch(base + path)).json();
+  const postJSON = async (path, body) => (await fetch(base + path, { method: 'POST', body: JSON.stringify(body) })).json();
+  await until('three ready boards', async () => (await getJSON('/api/devices')).devices.filter((d) => d.state === 'ready').length === 3);
+
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
+
+  // The fleet.
+  await page.goto(base + '/');
+  await page.waitForSelector('#live.on', { timeout: T });
+  await page.waitForFunction(() => document.querySelectorAll('#fleet tbody tr.ready').length === 3, null, { timeout: T });
+  const ids = await page.$$eval('#fleet tbody tr', (rows) => rows.map((r) => r.dataset.id));
+  check(ids.join(',') === '02:00:00:00:00:01,02:00:00:00:00:02,02:00:00:00:00:03', 'the fleet lists the three simulated boards: ' + ids.join(', '));
+  check((await page.textContent('#counts [data-state="ready"] b')) === '3', 'the ready count is 3');
+  await page.screenshot({ path: join(out, 'fleet.png'), fullPage: true });
+
+  // A board connects, then leaves: the page follows without a reload.
+  const sim = start(join(out, 'simulator'), ['--url', `ws://127.0.0.1:${dp}/xiaozhi/v1/`, '--mac-prefix', '02:00:09',
+    '--count', '1', '--log-level', 'warn'], 'simulator');
+  procs.push(sim);
+  await page.waitForSelector('#fleet tr[data-id="02:00:09:00:00:01"].ready', { timeout: T });
+  check((await page.textContent('#counts [data-state="ready"] b')) === '4', 'a board that connects appears, ready (count 4)');
+  await page.screenshot({ path: join(out, 'fleet-joined.png'), fullPage: true });
+  await stop(sim);
+  await page.waitForSelector('#fleet tr[data-id="02:00:09:00:00:01"].closed', { timeout: T });
+  check((await page.textContent('#counts [data-state="closed"] b')) === '1' &&
+    (await page.textContent('#counts [data-state="ready"] b')) === '3', 'the board that leaves is shown closed (ready 3, closed 1)');
+  await page.selectOption('#state-filter', 'closed');
+  check((await page.$$('#fleet tbody tr')).length === 1, 'filtering by state closed shows just that board');
+  await page.screenshot({ path: join(out, 'fleet-left.png'), fullPage: true });
+  await page.selectOption('#state-filter', '');
+  await page.fill('#filter', '00:00:02');
+  check((await page.$$eval('#fleet tbody tr', (r) => r.map((x) => x.dataset.id))).join() === '02:00:00:00:00:02', 'filtering by name narrows the list');
+  await page.fill('#filter', '');
+
+  // A board: set the volume through the form.
+  await page.click('a[href="#/board/02%3A00%3A00%3A00%3A00%3A01"]');
+  const vol = '.tool[data-tool="self.audio_speaker.set_volume"]';
+  await page.waitForSelector(vol, { timeout: T });
+  const names = await page.$$eval('.tool h3', (hs) => hs.map((h) => h.firstChild.textContent));
+  const detail = await getJSON('/api/devices/02:00:00:00:00:01');
+  check(names.join() === detail.tools.map((t) => t.name).join(), `tools in device order (${names.length})`);
+  check(await page.isVisible('.tool[data-tool="self.reboot"] .badge.user'), 'user-only tools are marked');
+  await page.fill(`${vol} input[name="volume"]`, '35');
+  await page.click(`${vol} button[type="submit"]`);
+  await page.waitForSelector(`${vol} .result [data-state="completed"]`, { timeout: T });
+  const status = async () => {
+    const r = await postJSON('/api/devices/02:00:00:00:00:01/call', { name: 'self.get_device_status' });
+    return JSON.parse(r.content[0].text).audio_speaker.volume;
+  };
+  check((await status()) === 35, 'the form set the volume: the board reports 35');
+  await page.screenshot({ path: join(out, 'board.png'), fullPage: true });
+
+  // A call missing its argument completes through the prompts.
+  await page.fill(`${vol} input[name="volume"]`, '');
+  await page.click(`${vol} form[data-tool] button[type="submit"]`);
+  await page.waitForSelector(`${vol} form.prompt[data-prompt="volume"]`, { timeout: T });
+  check((await page.textContent(`${vol} form.prompt`)).includes('Step 1 of 1'), 'the missing volume is asked, with progress');
+  await page.fill(`${vol} form.prompt input`, '150');
+  await page.click(`${vol} form.prompt button[data-answer="submit"]`);
+  await page.waitForSelector(`${vol} form.prompt [data-error]`, { timeout: T });
+  check((await page.textContent(`${vol} form.prompt [data-error]`)).includes('100'), 'an out-of-range answer is refused with the reason');
+  await page.screenshot({ path: join(out, 'board-prompt.png'), fullPage: true });
+  await page.fill(`${vol} form.prompt input`, '40');
+  await page.click(`${vol} form.prompt button[data-answer="submit"]`);
+  await page.waitForSelector(`${vol} .result [data-state="completed"]`, { timeout: T });
+  check((await status()) === 40, 'the interaction completed: the board reports 40');
+
+  // A dangerous tool asks for confirmation; declining sends nothing.
+  const reboot = '.tool[data-tool="self.reboot"]';
+  await page.click(`${reboot} button[type="submit"]`);
+  await page.waitForSelector(`${reboot} form.prompt button[data-answer="no"]`, { timeout: T });
+  await page.click(`${reboot} form.prompt button[data-answer="no"]`);
+  await page.waitForSelector(`${reboot} .result [data-state="cancelled"]`, { timeout: T });
+  check((await getJSON('/api/devices/02:00:00:00:00:01')).state === 'ready', 'declining the reboot left the board alone');
+
+  // Images in a result are shown as images (no simulated tool returns one,
+  // so the bridge's answer is stood in for here).
+  const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==';
+  await page.route('**/api/devices/*/interactions', (route) => route.fulfill({ contentType: 'application/json', body: JSON.stringify({
+    sessionId: 'flw_test', state: 'completed', summary: 'stand-in',
+    result: { success: true, text: '', data: { content: [{ type: 'image', mimeType: 'image/png', data: png }, { type: 'text', text: '{"w":1}' }] } } }) }));
+  const info = '.tool[data-tool="self.screen.get_info"]';
+  await page.click(`${info} button[type="submit"]`);
+  await page.waitForSelector(`${info} .result img[src^="data:image/png;base64,"]`, { timeout: T });
+  check((await page.textContent(`${info} .result pre`)).includes('"w": 1'), 'image results show as images, JSON text pretty-printed');
+  await page.unroute('**/api/devices/*/interactions');
+
+  // The event log and the metrics saw the calls.
+  await page.waitForFunction(() => Number(document.getElementById('m-rate').textContent) > 0, null, { timeout: T });
+  check((await page.$$eval('#events li', (li) => li.map((x) => x.textContent))).some((t) => t.includes('self.audio_speaker.set_volume → ok')),
+    'the event log shows the calls, the metrics count them');
+  await page.screenshot({ path: join(out, 'board-done.png'), fullPage: true });
+  check(pageErrors.length === 0, 'no script errors in the page' + (pageErrors.length ? ': ' + pageErrors.join('; ') : ''));
+
+  // With control tokens the console asks for one, then shows the fleet.
+  const [cp2, dp2] = [await freePort(), await freePort()];
+  procs.push(start(join(out, 'bridge'), ['--simulate', '1', '--control-token', 's3cret', '--control-listen', `127.0.0.1:${cp2}`,
+    '--device-listen', `127.0.0.1:${dp2}`, '--mqtt-listen', '', '--log-level', 'warn'], 'bridge with a token'));
+  await until('the second bridge', async () => (await fetch(`http://127.0.0.1:${cp2}/healthz`)).ok);
+  const page2 = await browser.newPage({ viewport: { width: 1280, height: 500 } });
+  await page2.goto(`http://127.0.0.1:${cp2}/`);
+  await page2.waitForSelector('#login:not([hidden])', { timeout: T });
+  check((await page2.$$('#fleet tbody tr')).length === 0, 'without a token the console shows no board and asks for one');
+  await page2.screenshot({ path: join(out, 'token.png'), fullPage: true });
+  await page2.fill('#token', 'wrong');
+  await page2.click('#login button');
+  await page2.waitForFunction(() => document.getElementById('login-error').textContent.includes('refused'), null, { timeout: T });
+  await page2.fill('#token', 's3cret');
+  await page2.click('#login button');
+  await page2.waitForSelector('#live.on', { timeout: T });
+  await page2.waitForSelector('#fleet tr[data-id="02:00:00:00:00:01"].ready', { timeout: T });
+  check(await page2.isHidden('#login'), 'with the token the fleet shows, live');
+} catch (e) {
+  failed = true;
+  console.error('FAIL ' + (e.stack || e));
+} finally {
+  if (browser) await browser.close();
+  for (const p of procs.reverse()) await stop(p);
+  console.log('screenshots: ' + out);
+}
+process.exit(failed ? 1 : 0);
