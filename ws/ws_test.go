@@ -63,8 +63,10 @@ func (b *bridge) connect(t *testing.T, cfg simulator.Config) (*simulator.Board, 
 	require.NoError(t, board.ConnectWebSocket(ctx, b.url))
 	var sess *device.Session
 	require.Eventually(t, func() bool {
+		// This board's own session: with a MAC already connected, the
+		// older session may still be the one the Hub holds for a moment.
 		s, ok := b.hub.Session(board.MAC())
-		if ok && s.Info().State == device.StateReady {
+		if ok && s.Info().ClientID == board.ClientID() && s.Info().State == device.StateReady {
 			sess = s
 			return true
 		}
