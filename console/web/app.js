@@ -17,6 +17,10 @@ const state = {
 
 const $ = (id) => document.getElementById(id);
 
+// sentence ends a message with a full stop when it has none, so an error
+// and its suggestion read as two sentences.
+function sentence(s) { return /[.!?]$/.test(s) ? s : s + '.'; }
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -429,7 +433,7 @@ function ask(step, pr, out) {
         el('span', { class: 'muted', text: pg.message || ('Step ' + pg.current + ' of ' + pg.total) })),
       el('p', { class: 'msg', text: pr.message }),
       row,
-      pr.error ? el('p', { class: 'hint err', 'data-error': '', text: pr.error + (pr.suggestion ? ' ' + pr.suggestion : '') }) : null);
+      pr.error ? el('p', { class: 'hint err', 'data-error': '', text: sentence(pr.error) + (pr.suggestion ? ' ' + sentence(pr.suggestion) : '') }) : null);
     form.addEventListener('submit', (ev) => { ev.preventDefault(); resolve({ value: read ? read() : null }); });
     out.replaceChildren(form);
     if (input) input.focus();
