@@ -34,6 +34,7 @@ type Config struct {
 	Flow          FlowConfig     `yaml:"flow"`
 	OTA           OTAConfig      `yaml:"ota"`
 	TLS           TLSConfig      `yaml:"tls"`
+	Auth          AuthConfig     `yaml:"auth"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -146,7 +147,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.OTA.validate(), c.TLS.validate())
+	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate())
 	return errors.Join(errs...)
 }
 
@@ -190,6 +191,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
+	registerAuthFlags(fs, &cfg.Auth)
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config

@@ -64,7 +64,7 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 
 // apiOptions configures the control API, /metrics and /readyz included.
 func (a *App) apiOptions() api.Options {
-	return api.Options{Tokens: a.cfg.Control.Tokens, Metrics: a.Metrics.Handler(), Ready: a.readiness}
+	return api.Options{Tokens: a.cfg.Control.Tokens, Metrics: a.Metrics.Handler(), Ready: a.readiness, Access: a.apiAccess()}
 }
 
 // readiness is what /readyz reports: the listeners serve (and the bridge
