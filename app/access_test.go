@@ -50,7 +50,7 @@ type accessBridge struct {
 	policy, auditTo string
 }
 
-func startAccessBridge(t *testing.T) *accessBridge {
+func startAccessBridge(t *testing.T, mutate ...func(*app.Config)) *accessBridge {
 	is := testissuer.Start(t)
 	dir := t.TempDir()
 	ab := &accessBridge{issuer: is, policy: filepath.Join(dir, "policy.yaml"), auditTo: filepath.Join(dir, "audit.log")}
@@ -64,6 +64,9 @@ func startAccessBridge(t *testing.T) *accessBridge {
 	cfg.Auth.PolicyFile = ab.policy
 	cfg.Auth.PolicyCheckInterval = 10 * time.Millisecond
 	cfg.Auth.AuditLog = ab.auditTo
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	ab.app, ab.base = startApp(t, cfg)
 	for _, mac := range []string{kitchenMAC, officeMAC} {
 		obsBoard(t, ab.app, simulator.Config{MAC: mac})
@@ -281,6 +284,27 @@ type flowStartParams struct {
 type flowStepResult struct {
 	mcp.ResultBase
 	SessionID string `json:"sessionId"`
+}
+
+// TestPolicyInCompactMode: the three fixed tools show and run only what
+// the caller's policy allows.
+func TestPolicyInCompactMode(t *testing.T) {
+	noLeaks(t)
+	ab := startAccessBridge(t, func(c *app.Config) { c.MCP.Compact = true })
+	kitchen := mcpSession(t, ab.base, tokenClient(t, kitchenSecret), "2025-11-25")
+	require.Equal(t, []string{"call_device_tool", "describe_device", "list_devices"}, mcpTools(t, kitchen))
+
+	text, isErr := mcpCall(t, kitchen, "list_devices", nil)
+	require.False(t, isErr, text)
+	require.Contains(t, text, kitchenMAC)
+	require.NotContains(t, text, officeMAC)
+	_, isErr = mcpCall(t, kitchen, "describe_device", map[string]any{"device": officeMAC})
+	require.True(t, isErr, "a board the caller may not see is not described")
+	text, isErr = mcpCall(t, kitchen, "call_device_tool", map[string]any{"device": officeMAC, "tool": "self.get_device_status"})
+	require.True(t, isErr)
+	require.Contains(t, text, "not allowed for kitchen")
+	text, isErr = mcpCall(t, kitchen, "call_device_tool", map[string]any{"device": kitchenMAC, "tool": "self.get_device_status"})
+	require.False(t, isErr, text)
 }
 
 func getWith(t *testing.T, hc *http.Client, url string, out any) int {

@@ -185,3 +185,30 @@ func (s *Server) Alias(deviceID string) string {
 	}
 	return ""
 }
+
+// viewCatalog is the catalogue as the caller in ctx may see it: boards it
+// may not see left out, and tools it may not call (the compact listings).
+func (s *Server) viewCatalog(ctx context.Context) *catalog {
+	cat := s.cat.Load()
+	if !s.opts.Access.Policy.Enabled() {
+		return cat
+	}
+	id := policy.IdentityFrom(ctx)
+	out := emptyCatalog()
+	for _, v := range cat.devices {
+		if !s.mayView(ctx, v) {
+			continue
+		}
+		cp := *v
+		cp.tools = nil
+		for _, e := range v.tools {
+			if s.mayUse(id, e) {
+				cp.tools = append(cp.tools, e)
+				out.byName[e.name] = e
+			}
+		}
+		out.devices = append(out.devices, &cp)
+		out.byDevice[cp.info.DeviceID] = &cp
+	}
+	return out
+}
