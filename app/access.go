@@ -176,6 +176,13 @@ func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 		a.log.Info("OAuth access tokens accepted", zap.String("issuer", c.OAuth.Issuer), zap.Strings("audiences", audiences),
 			zap.String("metadata", a.metadataURL("/mcp")))
 	}
+	return nil
+}
+
+// watchPolicy reloads the policy on change and on SIGHUP. Called once
+// the MCP server exists (a change re-publishes its tools).
+func (a *App) watchPolicy(ctx context.Context) {
+	c := a.cfg.Auth
 	if g := a.access.gate; g != nil {
 		g.OnChange(func() {
 			if a.mcp != nil {
@@ -200,7 +207,6 @@ func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 		})
 		a.log.Info("policy in force", zap.String("file", c.PolicyFile), zap.Int("identities", g.Policy().Identities()))
 	}
-	return nil
 }
 
 // ReloadPolicy reads the policy file again now (as SIGHUP does). A bad

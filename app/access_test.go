@@ -286,6 +286,29 @@ type flowStepResult struct {
 	SessionID string `json:"sessionId"`
 }
 
+// TestEventsFollowThePolicy: an identity's /api/events stream carries
+// only the boards and tools it may see.
+func TestEventsFollowThePolicy(t *testing.T) {
+	noLeaks(t)
+	ab := startAccessBridge(t)
+	kitchenHC, officeHC := tokenClient(t, kitchenSecret), tokenClient(t, ab.officeToken(t))
+	resp, err := kitchenHC.Get(ab.base + "/api/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	events, comments := make(chan sseEvent, 16), make(chan string, 16)
+	go readSSE(resp.Body, events, comments)
+	<-comments // the stream is subscribed
+
+	// A call on the office board first: the kitchen stream must skip it.
+	require.Equal(t, http.StatusOK, obsPost(t, officeHC, ab.base+"/api/devices/"+officeMAC+"/call", `{"name":"self.get_device_status"}`))
+	require.Equal(t, http.StatusOK, obsPost(t, kitchenHC, ab.base+"/api/devices/"+kitchenMAC+"/call", `{"name":"self.get_device_status"}`))
+	ev := nextSSE(t, events)
+	require.Equal(t, "call", ev.Event)
+	require.Equal(t, kitchenMAC, ev.Data["device_id"], "the office call is not in the kitchen's stream")
+	require.Equal(t, 1, ev.ID)
+}
+
 // TestPolicyInCompactMode: the three fixed tools show and run only what
 // the caller's policy allows.
 func TestPolicyInCompactMode(t *testing.T) {

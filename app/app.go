@@ -188,6 +188,7 @@ func (a *App) Start(ctx context.Context) error {
 		a.closeListeners()
 		return fmt.Errorf("mcp: %w", err)
 	}
+	a.watchPolicy(ctx)
 	a.controlSrv = &http.Server{Handler: api.JSONErrors(controlMux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
