@@ -309,6 +309,32 @@ func TestEventsFollowThePolicy(t *testing.T) {
 	require.Equal(t, 1, ev.ID)
 }
 
+// TestRequiredScope: with auth.oauth.scopes, a token without them gets
+// 403 insufficient_scope, named in WWW-Authenticate; static tokens are not
+// scoped.
+func TestRequiredScope(t *testing.T) {
+	noLeaks(t)
+	ab := startAccessBridge(t, func(c *app.Config) { c.Auth.OAuth.Scopes = []string{"devices"} })
+	ping := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	claims := testissuer.Claims{"sub": "bob", "aud": ab.base + "/mcp", "groups": []string{"office"}}
+	req, _ := http.NewRequest(http.MethodPost, ab.base+"/mcp", strings.NewReader(ping))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+ab.issuer.RS256(t, claims))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("WWW-Authenticate"), `error="insufficient_scope"`)
+	require.Contains(t, resp.Header.Get("WWW-Authenticate"), `scope="devices"`)
+
+	claims["scope"] = "openid devices"
+	office := mcpSession(t, ab.base, tokenClient(t, ab.issuer.RS256(t, claims)), "2025-11-25")
+	require.NotEmpty(t, mcpTools(t, office))
+	kitchen := mcpSession(t, ab.base, tokenClient(t, kitchenSecret), "2025-11-25")
+	require.NotEmpty(t, mcpTools(t, kitchen))
+}
+
 // TestPolicyInCompactMode: the three fixed tools show and run only what
 // the caller's policy allows.
 func TestPolicyInCompactMode(t *testing.T) {
