@@ -28,6 +28,7 @@ import (
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/tracing"
 )
 
 // AuthConfig is the auth: section.
@@ -97,6 +98,7 @@ func registerAuthFlags(fs *flag.FlagSet, c *AuthConfig) {
 
 // access is the app's access-control state.
 type access struct {
+	trace     *tracing.Provider
 	oauth     *authn.OAuth
 	gate      *policy.Gate
 	audit     *audit.Log
@@ -124,8 +126,14 @@ func (a *App) openAccess() error {
 	return nil
 }
 
-// closeAccess closes the audit log (last, after every call ended).
-func (a *App) closeAccess() { _ = a.access.audit.Close() }
+// closeAccess flushes traces and closes the audit log (last, after every
+// call ended).
+func (a *App) closeAccess(ctx context.Context) {
+	if err := a.access.trace.Shutdown(ctx); err != nil {
+		a.log.Warn("traces not exported at shutdown", zap.Error(err))
+	}
+	_ = a.access.audit.Close()
+}
 
 // mcpResource is the URL of /mcp clients use: the resource of its
 // protected-resource metadata.
@@ -142,6 +150,11 @@ func (a *App) metadataURL(path string) string {
 // listener is bound.
 func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 	c := a.cfg.Auth
+	tp, err := tracing.Start(ctx, a.cfg.Tracing, Version)
+	if err != nil {
+		return err
+	}
+	a.access.trace = tp
 	a.access.publicURL = strings.TrimSuffix(c.PublicURL, "/")
 	if a.access.publicURL == "" {
 		scheme := "http://"
@@ -160,6 +173,7 @@ func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 			GroupsClaim: c.OAuth.GroupsClaim, ClockSkew: c.OAuth.ClockSkew})
 		cancel()
 		if err != nil {
+			_ = tp.Shutdown(context.WithoutCancel(ctx))
 			return err
 		}
 		a.access.oauth = o
@@ -232,7 +246,7 @@ func (a *App) apiAccess() api.Access {
 
 // mcpAccess is /mcp's access configuration; tokens are those /mcp takes.
 func (a *App) mcpAccess(tokens []string) tools.Access {
-	acc := tools.Access{Policy: a.access.gate, Audit: a.access.audit}
+	acc := tools.Access{Policy: a.access.gate, Audit: a.access.audit, Tracer: a.access.trace.Tracer()}
 	if a.access.oauth != nil {
 		acc.Verifier = authn.NewVerifier(tokens, a.access.oauth).TokenVerifier()
 		acc.ResourceMetadataURL = a.metadataURL("/mcp")

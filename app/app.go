@@ -186,6 +186,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.onDrain(apiSrv.Close) // ends /api/events streams
 	if err := a.startMCP(ctx, controlMux); err != nil {
 		a.closeListeners()
+		a.closeAccess(context.WithoutCancel(ctx))
 		return fmt.Errorf("mcp: %w", err)
 	}
 	a.watchPolicy(ctx)
@@ -275,7 +276,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		stopSims()
 	}
 	a.wg.Wait()
-	a.closeAccess()
+	a.closeAccess(ctx)
 	a.log.Info("bridge stopped")
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -35,6 +36,7 @@ type Config struct {
 	OTA           OTAConfig      `yaml:"ota"`
 	TLS           TLSConfig      `yaml:"tls"`
 	Auth          AuthConfig     `yaml:"auth"`
+	Tracing       tracing.Config `yaml:"tracing"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -147,7 +149,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate())
+	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 
@@ -192,6 +194,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerDebugFlags(fs, cfg)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 	registerAuthFlags(fs, &cfg.Auth)
+	fs.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", cfg.Tracing.OTLPEndpoint, "export OpenTelemetry traces of /mcp calls to this OTLP/HTTP collector (http://host:4318); default off")
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/audit"
@@ -41,6 +42,9 @@ type Access struct {
 	// Audit records calls, interaction steps and refusals; nil records
 	// nothing.
 	Audit *audit.Log
+	// Tracer, when set, traces every request (MCP semantic conventions,
+	// trace context from params._meta) and each board call within it.
+	Tracer trace.Tracer
 }
 
 // accessMiddleware puts the caller's identity in the context of every
@@ -53,7 +57,9 @@ func (s *Server) accessMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		id := policy.FromTokenInfo(ti)
 		ctx = policy.WithIdentity(ctx, id)
+		ctx, span := s.startSpan(ctx, method, req)
 		res, err := next(ctx, method, req)
+		endSpan(span, res, err)
 		if method == "tools/list" && err == nil && s.opts.Access.Policy.Enabled() {
 			if lr, ok := res.(*mcp.ListToolsResult); ok && lr != nil {
 				cat := s.cat.Load()
@@ -106,8 +112,10 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// auditCall records one board tool call.
+// auditCall records one board tool call in the audit log and, with
+// tracing on, as a span (child of the request's) covering the board call.
 func (s *Server) auditCall(ctx context.Context, e *entry, args json.RawMessage, outcome string, took time.Duration) {
+	s.boardSpan(ctx, e, outcome, took)
 	l := s.opts.Access.Audit
 	if l == nil {
 		return
