@@ -56,17 +56,17 @@ func TestAccessTokens(t *testing.T) {
 
 	unknown, publish := is.Unpublished(t, "rsa-2", good)
 	for name, tok := range map[string]string{
-		"expired":                 is.RS256(t, with("exp", now.Add(-time.Hour).Unix())),
-		"not yet valid":           is.RS256(t, with("nbf", now.Add(time.Hour).Unix())),
-		"wrong audience":          is.RS256(t, with("aud", "http://elsewhere/mcp")),
-		"wrong issuer":            is.RS256(t, with("iss", "https://evil.example")),
-		"no exp":                  is.RS256(t, with("exp", nil)),
-		"no sub":                  is.RS256(t, with("sub", nil)),
-		"unknown key":             unknown,
-		"alg none":                is.AlgNone(good),
-		"HS256 w/ public key":     is.HS256WithPublicKey(good),
-		"garbage":                 "a.b.c",
-		"static, configured form": "kitchen=k-secret",
+		"expired":             is.RS256(t, with("exp", now.Add(-time.Hour).Unix())),
+		"not yet valid":       is.RS256(t, with("nbf", now.Add(time.Hour).Unix())),
+		"wrong audience":      is.RS256(t, with("aud", "http://elsewhere/mcp")),
+		"wrong issuer":        is.RS256(t, with("iss", "https://evil.example")),
+		"no exp":              is.RS256(t, with("exp", nil)),
+		"no sub":              is.RS256(t, with("sub", nil)),
+		"unknown key":         unknown,
+		"alg none":            is.AlgNone(good),
+		"HS256 w/ public key": is.HS256WithPublicKey(good),
+		"garbage":             "a.b.c",
+		"static, name only":   "kitchen",
 	} {
 		_, err := v.Verify(ctx, tok, nil)
 		require.ErrorIs(t, err, auth.ErrInvalidToken, name)
@@ -90,6 +90,9 @@ func TestStaticTokens(t *testing.T) {
 	_, v := setup(t)
 	info, err := v.Verify(context.Background(), "k-secret", nil)
 	require.NoError(t, err)
+	require.Equal(t, "kitchen", info.UserID)
+	info, err = v.Verify(context.Background(), "kitchen=k-secret", nil)
+	require.NoError(t, err, "a token configured as name=secret before names existed keeps working")
 	require.Equal(t, "kitchen", info.UserID)
 	info, err = v.Verify(context.Background(), "plain-secret", nil)
 	require.NoError(t, err)

@@ -53,8 +53,11 @@ func TestNamedTokens(t *testing.T) {
 	if id, ok := set.Lookup("k1"); !ok || id != "kitchen" {
 		t.Fatalf("k1: %q %v", id, ok)
 	}
-	if _, ok := set.Lookup("kitchen=k1"); ok {
-		t.Fatal("the configured form must not be accepted as the secret")
+	if id, ok := set.Lookup("kitchen=k1"); !ok || id != "kitchen" {
+		t.Fatalf("a token configured as abc=def before names existed must keep working: %q %v", id, ok)
+	}
+	if _, ok := set.Lookup("kitchen"); ok {
+		t.Fatal("the name alone is not a credential")
 	}
 	if id, ok := set.Lookup("o2"); !ok || id != UnnamedIdentity("o2") || strings.Contains(id, "o2") {
 		t.Fatalf("o2: %q %v", id, ok)

@@ -13,7 +13,10 @@ import (
 //
 // The split is at the first '='. So that base64 tokens keep working
 // unnamed, the part before it must be a plain name (letters, digits, '-',
-// '_', '.', '@') and the secret must not start with '=' (padding).
+// '_', '.', '@') and the secret must not start with '=' (padding). A
+// client holding the whole configured string (a token configured before
+// names existed, such as "abc=def") is still accepted, as the same
+// identity.
 
 // Split separates "name=secret" into its parts; an unnamed token returns
 // "" and the token as it is.
@@ -48,6 +51,7 @@ func UnnamedIdentity(secret string) string {
 type Named struct {
 	names   []string
 	secrets [][]byte
+	whole   [][]byte // the configured strings, for tokens that predate names
 }
 
 // NewNamed builds the set from configured tokens ("name=secret" or
@@ -61,6 +65,7 @@ func NewNamed(tokens []string) Named {
 		}
 		n.names = append(n.names, name)
 		n.secrets = append(n.secrets, []byte(secret))
+		n.whole = append(n.whole, []byte(t))
 	}
 	return n
 }
@@ -73,7 +78,7 @@ func (n Named) Empty() bool { return len(n.secrets) == 0 }
 func (n Named) Lookup(got string) (string, bool) {
 	found := -1
 	for i, want := range n.secrets {
-		if subtle.ConstantTimeCompare(want, []byte(got)) == 1 {
+		if subtle.ConstantTimeCompare(want, []byte(got))|subtle.ConstantTimeCompare(n.whole[i], []byte(got)) == 1 {
 			found = i
 		}
 	}
