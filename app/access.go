@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/api"
@@ -115,6 +116,16 @@ func (a *App) openAccess() error {
 			return err
 		}
 		a.access.gate = g
+		// The identity label is bounded: a policy entry's name or
+		// "unlisted" (issue 14: no unbounded identity label).
+		denials := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "devicebridge_policy_denials_total",
+			Help: "Calls and interactions refused by the policy, by the policy identity the caller matched (or unlisted).",
+		}, []string{"identity"})
+		if err := a.Metrics.Registry().Register(denials); err != nil {
+			return err
+		}
+		g.OnDeny(func(label string) { denials.WithLabelValues(label).Inc() })
 	}
 	if c.AuditLog != "" {
 		l, err := audit.Open(c.AuditLog, c.AuditMaxBytes, c.AuditKeep)

@@ -238,6 +238,11 @@ func TestPolicySeparatesIdentities(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, obsPost(t, officeHC, ab.base+"/api/devices/"+officeMAC+"/call", `{"name":"self.reboot"}`))
 	require.Equal(t, http.StatusOK, obsPost(t, officeHC, ab.base+"/api/devices/"+officeMAC+"/call", `{"name":"self.get_device_status"}`))
 
+	// Refusals are counted by policy identity (a bounded label).
+	metrics := scrapeMetrics(t, kitchenHC, ab.base)
+	require.Equal(t, 3.0, metrics[metricSeries("devicebridge_policy_denials_total", "identity", "kitchen")])
+	require.Equal(t, 3.0, metrics[metricSeries("devicebridge_policy_denials_total", "identity", "office")])
+
 	// The audit log has every call, with identities and outcomes, and no
 	// credential.
 	records := readAudit(t, ab.auditTo)

@@ -47,7 +47,13 @@ type Gate struct {
 	data     []byte
 	lastErr  error
 	onChange []func()
+	onDeny   atomic.Pointer[func(label string)]
 }
+
+// OnDeny registers f to learn of every refusal Check makes (metrics). Its
+// label is bounded by the policy file: the entry the identity matched by
+// name or group, or "unlisted".
+func (g *Gate) OnDeny(f func(label string)) { g.onDeny.Store(&f) }
 
 // Open loads the policy file at path. A bad file is an error: the bridge
 // does not start on a policy it cannot read.
@@ -186,6 +192,9 @@ func (g *Gate) ToolAllowed(id Identity, b Board, tool string) bool {
 func (g *Gate) Check(id Identity, b Board, tool string) error {
 	if g.ToolAllowed(id, b, tool) {
 		return nil
+	}
+	if f := g.onDeny.Load(); f != nil {
+		(*f)(g.cur.Load().Label(id))
 	}
 	return &DeniedError{Identity: id.Name, Board: b, Tool: tool}
 }

@@ -279,5 +279,19 @@ func (p *Policy) ToolAllowed(id Identity, b Board, tool string) bool {
 // NeedsConfirm reports whether the board tool must always be confirmed.
 func (p *Policy) NeedsConfirm(tool string) bool { return matchTool(p.confirm, tool) }
 
-// Identities lists the entries' names (for logs).
+// Label names id by a bounded vocabulary (metrics): the entry it matches by
+// name, else the first of its groups that is an entry, else "unlisted".
+func (p *Policy) Label(id Identity) string {
+	if _, ok := p.entries[id.Name]; ok {
+		return id.Name
+	}
+	for _, g := range id.Groups {
+		if _, ok := p.entries[g]; ok {
+			return g
+		}
+	}
+	return "unlisted"
+}
+
+// Identities counts the entries (for logs).
 func (p *Policy) Identities() int { return len(p.entries) }

@@ -61,6 +61,14 @@ func TestDecisions(t *testing.T) {
 	require.NoError(t, g.Check(kitchen, officeBoard, "x"))
 	err = New(p).Check(kitchen, officeBoard, "self.reboot")
 	require.EqualError(t, err, "self.reboot on board desk is not allowed for kitchen (policy); nothing was sent to the board")
+
+	var labels []string
+	gate := New(p)
+	gate.OnDeny(func(l string) { labels = append(labels, l) })
+	_ = gate.Check(kitchen, officeBoard, "self.reboot")
+	_ = gate.Check(Identity{Name: "carol", Groups: []string{"x", "office"}}, kitchenBoard, "self.reboot")
+	_ = gate.Check(Identity{Name: "mallory-1234"}, kitchenBoard, "self.reboot")
+	require.Equal(t, []string{"kitchen", "office", "unlisted"}, labels, "metric labels stay within the policy's names")
 }
 
 func TestParseErrorsNameTheLine(t *testing.T) {
