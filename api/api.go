@@ -20,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // DefaultMaxBodyBytes bounds a call request body.
@@ -46,6 +47,8 @@ type Options struct {
 	Alias func(deviceID string) string
 	// Console, when set, is served on GET / (the web console).
 	Console http.Handler
+	// Access: credentials beyond Tokens, policy and audit (access.go).
+	Access Access
 }
 
 // Server serves the control API.
@@ -133,22 +136,29 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "devices": len(s.hub.Devices())})
 }
 
-func (s *Server) listDevices(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 	infos := s.hub.Devices()
+	id := policy.IdentityFrom(r.Context())
 	out := make([]DeviceSummary, 0, len(infos))
 	for _, i := range infos {
-		out = append(out, DeviceSummary{Info: i, Alias: s.alias(i.DeviceID), ToolCount: len(i.Tools)})
+		if i, ok := s.view(id, i); ok {
+			out = append(out, DeviceSummary{Info: i, Alias: s.alias(i.DeviceID), ToolCount: len(i.Tools)})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"devices": out})
 }
 
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.lookup(r.PathValue("id"))
+	var info device.Info
+	if ok {
+		// A board the caller may not see is as absent as an unknown one.
+		info, ok = s.view(policy.IdentityFrom(r.Context()), sess.Info())
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q (GET /api/devices lists them)", r.PathValue("id")))
 		return
 	}
-	info := sess.Info()
 	writeJSON(w, http.StatusOK, DeviceDetail{Info: info, Alias: s.alias(info.DeviceID), Tools: info.ToolInfos()})
 }
 
@@ -171,14 +181,25 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	who := policy.IdentityFrom(r.Context())
+	board := policy.Board{ID: device.NormalizeID(id)}
 	if sess, ok := s.lookup(id); ok {
 		id = sess.ID()
+		board = s.board(sess.Info())
+	}
+	if err := s.opts.Access.Policy.Check(who, board, req.Name); err != nil {
+		s.log.Info("control call refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", req.Name))
+		s.auditCall(who, id, req.Name, req.Arguments, "denied", 0)
+		writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
+		return
 	}
 	start := time.Now()
 	res, err := s.hub.CallTool(r.Context(), id, req.Name, req.Arguments)
-	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", time.Since(start)))
+	took := time.Since(start)
+	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", took))
 	if err != nil {
 		status, code := classify(err)
+		s.auditCall(who, id, req.Name, req.Arguments, code, took)
 		log.Info("control call failed", zap.Int("status", status), zap.String("code", code), zap.Error(device.LogSafe(err)))
 		detail := ErrorDetail{Code: code, Message: err.Error()}
 		var argErr *device.ArgumentsError
@@ -198,6 +219,11 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Debug("control call done")
+	outcome := "ok"
+	if res != nil && res.IsError {
+		outcome = "tool_error"
+	}
+	s.auditCall(who, id, req.Name, req.Arguments, outcome, took)
 	writeJSON(w, http.StatusOK, res)
 }
 
@@ -262,8 +288,6 @@ func (s *Server) lookup(id string) (*device.Session, bool) {
 	return s.hub.Session(device.NormalizeID(id))
 }
 
-func (s *Server) auth(next http.Handler) http.Handler { return RequireTokens(s.opts.Tokens)(next) }
-
 // RequireTokens guards routes other packages mount on the control
 // listener (the OTA approvals) exactly as the control API guards its own:
 // a bearer token from tokens, or 401 with the usual JSON error body. No
@@ -273,12 +297,13 @@ func RequireTokens(list []string) func(http.Handler) http.Handler {
 }
 
 func requireTokens(list []string, next http.Handler) http.Handler {
-	tokens := bearer.New(list)
+	tokens := bearer.NewNamed(list)
 	if tokens.Empty() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if got, ok := bearer.FromHeader(r.Header.Get("Authorization")); !ok || tokens.Index(got) < 0 {
+		got, ok := bearer.FromHeader(r.Header.Get("Authorization"))
+		if _, known := tokens.Lookup(got); !ok || !known {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
 			return

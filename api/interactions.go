@@ -22,9 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // InteractionOptions turn on the interaction routes.
@@ -116,8 +119,9 @@ func (s *Server) lookupInteractionTool(_ context.Context, key string) (*flow.Too
 		if t.Name != name {
 			continue
 		}
-		confirm := false
-		if s.opts.Interactions.NeedsConfirm != nil {
+		// The policy's confirm list applies whoever calls, as on /mcp.
+		confirm := s.opts.Access.Policy.NeedsConfirm(t.Name)
+		if !confirm && s.opts.Interactions.NeedsConfirm != nil {
 			confirm = s.opts.Interactions.NeedsConfirm(t)
 		}
 		return &flow.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Confirm: confirm,
@@ -176,11 +180,21 @@ func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	who := policy.IdentityFrom(r.Context())
+	board := policy.Board{ID: device.NormalizeID(id)}
 	if sess, ok := s.lookup(id); ok {
 		id = sess.ID()
+		board = s.board(sess.Info())
 	}
 	if strings.Contains(id, "/") {
 		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q", id))
+		return
+	}
+	// The same decision as a direct call: a guided call is a call.
+	if err := s.opts.Access.Policy.Check(who, board, req.Name); err != nil {
+		s.log.Info("interaction refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", req.Name))
+		s.auditCall(who, id, req.Name, req.Arguments, "denied", 0)
+		writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
 		return
 	}
 	step, err := s.flow.Start(r.Context(), interactionOwner(r), interactionKey(id, req.Name), req.Arguments, flow.StartOptions{Guided: req.Guided})

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // Defaults for the event stream.
@@ -124,6 +125,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer sub.Close()
 	log := s.log.With(zap.String("remote", r.RemoteAddr))
 	log.Debug("event stream opened")
+	who := policy.IdentityFrom(r.Context())
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -161,6 +163,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			buf.WriteString(": heartbeat\n\n")
 		case <-sub.C():
 			for _, ev := range sub.Next() {
+				ev, ok := s.visibleEvent(who, ev)
+				if !ok {
+					continue
+				}
 				id++
 				writeEvent(&buf, id, ev, s.alias)
 			}

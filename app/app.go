@@ -56,6 +56,8 @@ type App struct {
 	// stopSimulators ends in-process boards; it runs after the Hub closed,
 	// so their sessions end with the bridge's reason, not theirs.
 	stopSimulators context.CancelFunc
+	// access: OAuth, policy and audit log (access.go).
+	access access
 }
 
 // New builds an App; nothing listens until Start.
@@ -72,6 +74,9 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	hubCfg.Observer = a.Metrics
 	a.Hub = device.NewHub(hubCfg, logger.Named("device"))
 	if err := a.newOTA(); err != nil {
+		return nil, err
+	}
+	if err := a.openAccess(); err != nil {
 		return nil, err
 	}
 	a.WS = ws.NewServer(a.cfg.WebSocket, a.Hub, logger.Named("ws"))
@@ -169,6 +174,10 @@ func (a *App) Start(ctx context.Context) error {
 	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	controlMux := http.NewServeMux()
+	if err := a.startAccess(ctx, controlMux); err != nil {
+		a.closeListeners()
+		return fmt.Errorf("auth: %w", err)
+	}
 	apiSrv := api.New(a.Hub, a.apiOptions(), a.log.Named("api"))
 	apiSrv.Register(controlMux)
 	if a.ota != nil {
@@ -177,8 +186,10 @@ func (a *App) Start(ctx context.Context) error {
 	a.onDrain(apiSrv.Close) // ends /api/events streams
 	if err := a.startMCP(ctx, controlMux); err != nil {
 		a.closeListeners()
+		a.closeAccess(context.WithoutCancel(ctx))
 		return fmt.Errorf("mcp: %w", err)
 	}
+	a.watchPolicy(ctx)
 	a.controlSrv = &http.Server{Handler: api.JSONErrors(controlMux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
@@ -265,6 +276,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		stopSims()
 	}
 	a.wg.Wait()
+	a.closeAccess(ctx)
 	a.log.Info("bridge stopped")
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -34,6 +35,8 @@ type Config struct {
 	Flow          FlowConfig     `yaml:"flow"`
 	OTA           OTAConfig      `yaml:"ota"`
 	TLS           TLSConfig      `yaml:"tls"`
+	Auth          AuthConfig     `yaml:"auth"`
+	Tracing       tracing.Config `yaml:"tracing"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -146,7 +149,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.OTA.validate(), c.TLS.validate())
+	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 
@@ -190,6 +193,8 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
+	registerAuthFlags(fs, &cfg.Auth)
+	fs.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", cfg.Tracing.OTLPEndpoint, "export OpenTelemetry traces of /mcp calls to this OTLP/HTTP collector (http://host:4318); default off")
 }
 
 // ParseArgs builds the configuration from defaults, an optional --config

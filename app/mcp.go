@@ -117,6 +117,7 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	log := a.log.Named("mcp")
 	opts := c.options(Version, a.cfg.Control.Tokens, log)
 	opts.Observer = a.Metrics
+	opts.Access = a.mcpAccess(opts.Tokens)
 	if opts.Flow, err = a.cfg.Flow.options(); err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 		srv.Close()
 	})
 	a.onDrain(cancel)
-	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", len(c.Tokens) > 0 || len(a.cfg.Control.Tokens) > 0),
+	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", len(c.Tokens) > 0 || len(a.cfg.Control.Tokens) > 0 || a.access.oauth != nil),
 		zap.Bool("user_only_tools", c.ShowUserOnlyTools), zap.Bool("flow", a.cfg.Flow.Enabled),
 		zap.Bool("flow_stateless", a.cfg.Flow.Enabled && (a.cfg.Flow.Secret != "" || a.cfg.Flow.SecretFile != "")))
 	return nil

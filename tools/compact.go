@@ -109,7 +109,7 @@ func summarize(v *deviceView) deviceSummary {
 	return d
 }
 
-func (s *Server) compactList(_ context.Context, _ *mcp.CallToolRequest, args map[string]json.RawMessage) *mcp.CallToolResult {
+func (s *Server) compactList(ctx context.Context, _ *mcp.CallToolRequest, args map[string]json.RawMessage) *mcp.CallToolResult {
 	var query string
 	offset, limit := 0, defaultListLimit
 	if raw, ok := args["query"]; ok {
@@ -123,7 +123,7 @@ func (s *Server) compactList(_ context.Context, _ *mcp.CallToolRequest, args map
 	}
 	q := strings.ToLower(strings.TrimSpace(query))
 	var matched []deviceSummary
-	for _, v := range s.cat.Load().devices {
+	for _, v := range s.viewCatalog(ctx).devices {
 		if q != "" && !strings.Contains(strings.ToLower(v.alias+" "+v.info.DeviceID+" "+v.info.Board), q) {
 			continue
 		}
@@ -167,10 +167,10 @@ type toolDetail struct {
 	UserOnly    bool            `json:"user_only,omitempty"`
 }
 
-func (s *Server) compactDescribe(_ context.Context, _ *mcp.CallToolRequest, args map[string]json.RawMessage) *mcp.CallToolResult {
+func (s *Server) compactDescribe(ctx context.Context, _ *mcp.CallToolRequest, args map[string]json.RawMessage) *mcp.CallToolResult {
 	var ref string
 	_ = json.Unmarshal(args["device"], &ref)
-	v, fail := s.resolveDevice(s.cat.Load(), ref)
+	v, fail := s.resolveDevice(s.viewCatalog(ctx), ref)
 	if fail != nil {
 		return fail
 	}

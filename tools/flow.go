@@ -24,6 +24,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 const (
@@ -192,7 +193,11 @@ func (s *Server) InteractionCounts() map[string]int {
 
 // needsConfirm reports whether a board tool needs the user's yes: it
 // matches a confirm pattern, or the board annotates it destructive.
-func (s *Server) needsConfirm(t device.Tool) bool { return NeedsConfirm(s.confirm, t) }
+// needsConfirm: the policy's confirm list (whoever calls), the confirm
+// patterns, or a destructive annotation.
+func (s *Server) needsConfirm(t device.Tool) bool {
+	return s.opts.Access.Policy.NeedsConfirm(t.Name) || NeedsConfirm(s.confirm, t)
+}
 
 // NeedsConfirm reports whether a board tool needs the user's yes under the
 // confirm patterns (FlowOptions.Confirm: path.Match patterns, compared
@@ -268,9 +273,12 @@ func resultText(res *mcp.CallToolResult) string {
 // compact mode too, where describe_device shows them), and in compact
 // mode list_devices and describe_device. call_device_tool is resolved to
 // the board tool it names before the engine sees it (flowStart).
-func (s *Server) lookupFlowTool(_ context.Context, name string) (*flow.Tool, error) {
+func (s *Server) lookupFlowTool(ctx context.Context, name string) (*flow.Tool, error) {
 	cat := s.cat.Load()
 	if e, ok := cat.byName[name]; ok {
+		if err := s.opts.Access.Policy.Check(policy.IdentityFrom(ctx), boardOf(e), e.tool.Name); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: upperFirst(err.Error())}
+		}
 		return s.flowTool(e), nil
 	}
 	if s.opts.Compact {
@@ -458,8 +466,10 @@ func (s *Server) flowStart(ctx context.Context, _ *mcp.ServerSession, p *flowSta
 		_ = json.Unmarshal(initial, &in)
 		name, initial = e.name, in.Arguments
 	}
+	began := time.Now()
 	step, err := s.flow.Start(ctx, owner, name, initial,
 		flow.StartOptions{Timeout: time.Duration(p.Timeout) * time.Millisecond, Guided: p.Guided})
+	s.auditStep(ctx, "start", step, name, err, time.Since(began))
 	if err != nil {
 		return nil, s.flowWireError(methodStart, err)
 	}
@@ -480,7 +490,9 @@ func (s *Server) flowRespond(ctx context.Context, _ *mcp.ServerSession, p *flowR
 	if len(value) == 0 {
 		value = json.RawMessage("null")
 	}
+	began := time.Now()
 	step, err := s.flow.Respond(ctx, owner, p.SessionID, value)
+	s.auditStep(ctx, "respond", step, "", err, time.Since(began))
 	if err != nil {
 		return nil, s.flowWireError(methodRespond, err)
 	}
@@ -510,7 +522,9 @@ func (s *Server) flowCancel(ctx context.Context, _ *mcp.ServerSession, p *flowID
 	if p == nil || p.SessionID == "" {
 		return nil, errNeedSessionID(methodCancel)
 	}
-	if err := s.flow.Cancel(owner, p.SessionID, p.Reason); err != nil {
+	err = s.flow.Cancel(owner, p.SessionID, p.Reason)
+	s.auditStep(ctx, "cancel", nil, "", err, 0)
+	if err != nil {
 		return nil, s.flowWireError(methodCancel, err)
 	}
 	return &flowCancelResult{Cancelled: true, SessionID: p.SessionID}, nil

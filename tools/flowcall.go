@@ -51,6 +51,9 @@ const (
 // guardedCall is tools/call on a board tool: it settles the arguments and
 // the confirmation with the user when it can, then runs the tool.
 func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
+	if res := s.denied(ctx, e, args); res != nil {
+		return res // before asking the user anything
+	}
 	if s.flow == nil {
 		return s.call(ctx, req, e, args)
 	}

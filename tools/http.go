@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -40,9 +42,10 @@ type frontHandler struct {
 	stateful  http.Handler
 	stateless http.Handler
 	origins   []originRule
-	tokens    bearer.Tokens
-	limiter   *rateLimiter
-	tracker   *sessionTracker
+	// verify checks credentials; nil when /mcp is open.
+	verify  auth.TokenVerifier
+	limiter *rateLimiter
+	tracker *sessionTracker
 }
 
 func newFrontHandler(s *Server) *frontHandler {
@@ -51,7 +54,10 @@ func newFrontHandler(s *Server) *frontHandler {
 		r, _ := parseOriginRule(o) // validated by New
 		h.origins = append(h.origins, r)
 	}
-	h.tokens = bearer.New(s.opts.Tokens)
+	h.verify = s.opts.Access.Verifier
+	if h.verify == nil {
+		h.verify = authn.NewVerifier(s.opts.Tokens, nil).TokenVerifier()
+	}
 	if s.opts.RateLimit > 0 {
 		h.limiter = newRateLimiter(s.opts.RateLimit, s.opts.RateBurst)
 	}
@@ -77,10 +83,11 @@ func newFrontHandler(s *Server) *frontHandler {
 		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
 		Logger:                       sdkLog,
 	})
-	if !h.tokens.Empty() {
-		// Bind sessions to the token that opened them, so one token's
-		// holder cannot use another's session id.
-		bearer := auth.RequireBearerToken(h.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	if h.verify != nil {
+		// Bind sessions to the identity that opened them, so one caller
+		// cannot use another's session id. The front handler has verified
+		// the credentials already; this hands go-sdk its TokenInfo.
+		bearer := auth.RequireBearerToken(verifiedToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 		h.stateful = bearer(h.stateful)
 		h.stateless = bearer(h.stateless)
 	}
@@ -94,12 +101,23 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Forbidden: Origin %q is not allowed (see mcp.allowed_origins)", origin), http.StatusForbidden)
 		return
 	}
-	token, authorized := h.authorize(r)
-	if !authorized {
-		log.Info("mcp request refused: missing or wrong bearer token", zap.String("remote", r.RemoteAddr))
-		w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
-		http.Error(w, "Unauthorized: send Authorization: Bearer <token> (see mcp.tokens)", http.StatusUnauthorized)
+	token, ti, status, why := h.authorize(r)
+	switch status {
+	case http.StatusUnauthorized:
+		log.Info("mcp request refused: missing or invalid bearer token", zap.String("remote", r.RemoteAddr), zap.String("why", why))
+		h.s.auditAdmission(r.RemoteAddr, "unauthenticated", why)
+		w.Header().Set("WWW-Authenticate", h.s.challenge(""))
+		http.Error(w, "Unauthorized: send Authorization: Bearer <token> (see mcp.tokens, or the OAuth metadata named in WWW-Authenticate)", http.StatusUnauthorized)
 		return
+	case http.StatusForbidden:
+		log.Info("mcp request refused: token lacks a required scope", zap.String("remote", r.RemoteAddr), zap.String("identity", ti.UserID))
+		h.s.auditAdmission(r.RemoteAddr, "insufficient_scope", ti.UserID)
+		w.Header().Set("WWW-Authenticate", h.s.challenge("insufficient_scope"))
+		http.Error(w, "Forbidden: the access token lacks a required scope", http.StatusForbidden)
+		return
+	}
+	if ti != nil {
+		r = r.WithContext(context.WithValue(r.Context(), verifiedKey{}, ti))
 	}
 
 	sid := r.Header.Get(headerSessionID)
@@ -150,6 +168,11 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			host = r.RemoteAddr
+		}
+		// Interactions belong to the verified identity when there is one
+		// (it survives token refresh), else to the token or address.
+		if ti != nil && ti.UserID != "" {
+			token = "identity\x00" + ti.UserID
 		}
 		r.Header.Set(headerCaller, statelessCaller(host, token))
 		h.stateless.ServeHTTP(w, r)
@@ -254,25 +277,45 @@ func idKey(raw json.RawMessage) string {
 	return "n:" + strconv.FormatFloat(f, 'f', -1, 64)
 }
 
-// authorize checks the bearer token when tokens are configured. It returns
-// the token (for rate-limit keys) and whether the request may proceed.
-func (h *frontHandler) authorize(r *http.Request) (string, bool) {
-	if h.tokens.Empty() {
-		return "", true
+// authorize checks the bearer credentials when /mcp needs them. It
+// returns the token (for rate-limit keys), what it grants, and 0 when the
+// request may proceed, else the HTTP status to refuse it with and why
+// (never the token).
+func (h *frontHandler) authorize(r *http.Request) (token string, info *auth.TokenInfo, status int, why string) {
+	if h.verify == nil {
+		return "", nil, 0, ""
 	}
 	token, ok := bearer.FromHeader(r.Header.Get("Authorization"))
-	if !ok || h.tokens.Index(token) < 0 {
-		return "", false
+	if !ok || token == "" {
+		return "", nil, http.StatusUnauthorized, "no bearer token"
 	}
-	return token, true
+	info, err := h.verify(r.Context(), token, r)
+	if err != nil || info == nil {
+		why = "invalid token"
+		if err != nil {
+			why = err.Error()
+		}
+		return "", nil, http.StatusUnauthorized, why
+	}
+	if kind, _ := info.Extra["kind"].(string); kind == "oauth" {
+		for _, sc := range h.s.opts.Access.Scopes {
+			if !slices.Contains(info.Scopes, sc) {
+				return "", info, http.StatusForbidden, "insufficient scope"
+			}
+		}
+	}
+	return token, info, 0, ""
 }
 
-func (h *frontHandler) verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-	i := h.tokens.Index(token)
-	if i < 0 {
-		return nil, auth.ErrInvalidToken
+// verifiedKey carries the TokenInfo the front handler verified to the
+// go-sdk handlers (through verifiedToken), so a token is checked once.
+type verifiedKey struct{}
+
+func verifiedToken(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+	if info, ok := ctx.Value(verifiedKey{}).(*auth.TokenInfo); ok {
+		return info, nil
 	}
-	return &auth.TokenInfo{UserID: "token-" + shortHash(token)}, nil
+	return nil, auth.ErrInvalidToken
 }
 
 // clientKey identifies a client outside a session: its address and, with

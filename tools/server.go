@@ -98,6 +98,8 @@ type Options struct {
 	Observer Observer `yaml:"-"`
 	// Flow configures interactions (the app's flow: section).
 	Flow FlowOptions `yaml:"-"`
+	// Access: credentials beyond Tokens, policy and audit (access.go).
+	Access Access `yaml:"-"`
 }
 
 func (o *Options) fill() {
@@ -253,12 +255,13 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		// tokens guard the endpoint, only the requesting client may.
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
 			c.TTLMs = 0
-			if len(opts.Tokens) > 0 {
+			if len(opts.Tokens) > 0 || opts.Access.Verifier != nil || opts.Access.Policy.Enabled() {
 				c.CacheScope = "private"
 			}
 		},
 	})
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
 	if opts.Observer != nil {
 		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
 	}
@@ -456,6 +459,9 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	stopOnClose := context.AfterFunc(s.ctx, cancel)
 	defer stopOnClose()
 
+	if res := s.denied(ctx, e, args); res != nil {
+		return res
+	}
 	fields := []zap.Field{zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name)}
 	if ce := s.log.Check(zap.DebugLevel, "tool call"); ce != nil {
 		ce.Write(append(fields, zap.ByteString("arguments", args))...)
@@ -481,6 +487,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 			outcome = outcomeToolError
 		}
 	}
+	s.auditCall(ctx, e, args, outcome, took)
 	level := zap.InfoLevel
 	switch device.Code(outcome) {
 	case outcomeOK, outcomeToolError, device.CodeDeviceError, device.CodeCanceled, device.CodeInvalidArguments,

@@ -1,6 +1,7 @@
 package bearer
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,5 +32,34 @@ func TestFromHeader(t *testing.T) {
 		got, ok := FromHeader(tt.in)
 		assert.Equal(t, tt.want, got, tt.in)
 		assert.Equal(t, tt.ok, ok, tt.in)
+	}
+}
+
+func TestNamedTokens(t *testing.T) {
+	for _, c := range []struct{ in, name, secret string }{
+		{"kitchen=s3cret", "kitchen", "s3cret"},
+		{"plain", "", "plain"},
+		{"dGVzdA==", "", "dGVzdA=="},
+		{"abc=", "", "abc="},
+		{"a b=c", "", "a b=c"},
+		{"x=y=z", "x", "y=z"},
+	} {
+		n, s := Split(c.in)
+		if n != c.name || s != c.secret {
+			t.Errorf("Split(%q) = %q, %q; want %q, %q", c.in, n, s, c.name, c.secret)
+		}
+	}
+	set := NewNamed([]string{"kitchen=k1", "o2"})
+	if id, ok := set.Lookup("k1"); !ok || id != "kitchen" {
+		t.Fatalf("k1: %q %v", id, ok)
+	}
+	if id, ok := set.Lookup("kitchen=k1"); !ok || id != "kitchen" {
+		t.Fatalf("a token configured as abc=def before names existed must keep working: %q %v", id, ok)
+	}
+	if _, ok := set.Lookup("kitchen"); ok {
+		t.Fatal("the name alone is not a credential")
+	}
+	if id, ok := set.Lookup("o2"); !ok || id != UnnamedIdentity("o2") || strings.Contains(id, "o2") {
+		t.Fatalf("o2: %q %v", id, ok)
 	}
 }

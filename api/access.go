@@ -1,0 +1,142 @@
+package api
+
+// Access control on the control API: credentials (static tokens, named or
+// not, and OAuth access tokens through Options.Verifier), the policy's
+// view of the fleet for the caller, and the audit log. The decisions are
+// the policy package's.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+
+	"github.com/devicebridge/devicebridge/audit"
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/policy"
+)
+
+// Access configures credentials beyond Options.Tokens, the policy and the
+// audit log of the control API. The zero value keeps Tokens alone.
+type Access struct {
+	// Verifier, when set, checks bearer credentials instead of Tokens.
+	Verifier auth.TokenVerifier
+	// ResourceMetadataURL is named in 401 answers (RFC 9728).
+	ResourceMetadataURL string
+	// Policy decides which boards and tools each identity sees; nil: all.
+	Policy *policy.Gate
+	// Alias names a board as the policy's board patterns may (the alias
+	// its MCP tools are published under); nil: boards match by MAC only.
+	Alias func(deviceID string) string
+	// Audit records control calls and refusals; nil records nothing.
+	Audit *audit.Log
+}
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	verify := s.opts.Access.Verifier
+	if verify == nil {
+		if len(s.opts.Tokens) == 0 {
+			return next
+		}
+		named := bearer.NewNamed(s.opts.Tokens)
+		verify = func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+			if name, ok := named.Lookup(token); ok {
+				return &auth.TokenInfo{UserID: name}, nil
+			}
+			return nil, auth.ErrInvalidToken
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var info *auth.TokenInfo
+		why := "missing bearer token"
+		if got, ok := bearer.FromHeader(r.Header.Get("Authorization")); ok && got != "" {
+			var err error
+			if info, err = verify(r.Context(), got, r); err != nil {
+				info, why = nil, err.Error()
+			}
+		}
+		if info == nil {
+			if l := s.opts.Access.Audit; l != nil {
+				_ = l.Write(audit.Record{Kind: audit.KindAdmission, Via: "api", Identity: "remote " + r.RemoteAddr,
+					Outcome: "unauthenticated", Reason: why})
+			}
+			challenge := `Bearer realm="devicebridge"`
+			if u := s.opts.Access.ResourceMetadataURL; u != "" {
+				challenge += fmt.Sprintf(", resource_metadata=%q", u)
+			}
+			w.Header().Set("WWW-Authenticate", challenge)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(policy.WithIdentity(r.Context(), policy.FromTokenInfo(info))))
+	})
+}
+
+func (s *Server) board(info device.Info) policy.Board {
+	b := policy.Board{ID: info.DeviceID}
+	if s.opts.Access.Alias != nil {
+		b.Alias = s.opts.Access.Alias(info.DeviceID)
+	}
+	return b
+}
+
+// view returns what id may see of a board: false when nothing, else the
+// info with only the tools it may call.
+func (s *Server) view(id policy.Identity, info device.Info) (device.Info, bool) {
+	g := s.opts.Access.Policy
+	if !g.Enabled() {
+		return info, true
+	}
+	b := s.board(info)
+	if !g.BoardVisible(id, b) {
+		return info, false
+	}
+	info.Tools = slices.DeleteFunc(slices.Clone(info.Tools), func(t device.Tool) bool { return !g.ToolAllowed(id, b, t.Name) })
+	return info, true
+}
+
+// visibleEvent filters an event for the stream of id: events about boards
+// it may not see are dropped, tool lists trimmed.
+func (s *Server) visibleEvent(id policy.Identity, ev device.Event) (device.Event, bool) {
+	if !s.opts.Access.Policy.Enabled() || ev.Type == device.EventResync {
+		return ev, true
+	}
+	info := ev.Info
+	if info.DeviceID == "" {
+		info.DeviceID = ev.DeviceID
+	}
+	v, ok := s.view(id, info)
+	if !ok {
+		return ev, false
+	}
+	if ev.Type == device.EventCall && !s.opts.Access.Policy.ToolAllowed(id, s.board(info), ev.Call.Tool) {
+		return ev, false
+	}
+	if ev.Info.DeviceID != "" {
+		ev.Info = v
+	}
+	return ev, true
+}
+
+// auditCall records one control call.
+func (s *Server) auditCall(id policy.Identity, deviceID, tool string, args json.RawMessage, outcome string, took time.Duration) {
+	l := s.opts.Access.Audit
+	if l == nil {
+		return
+	}
+	_ = l.Write(audit.Record{Kind: audit.KindToolCall, Via: "api", Identity: id.Name, Board: deviceID, Tool: tool,
+		ArgsDigest: l.Digest(args), Outcome: outcome, DurationMS: float64(took.Microseconds()) / 1000})
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
