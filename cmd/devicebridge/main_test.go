@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -46,9 +48,15 @@ type bridge struct {
 // self.lamp.turn_on takes 1.5 s (the progress indicator).
 func startBridge(t *testing.T, tokens ...string) *bridge {
 	t.Helper()
+	return startBridgeWith(t, func(c *app.Config) { c.Control.Tokens = tokens })
+}
+
+// startBridgeWith is startBridge with the configuration adjusted first.
+func startBridgeWith(t *testing.T, configure func(*app.Config)) *bridge {
+	t.Helper()
 	cfg := app.Default()
 	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Control.Tokens = tokens
+	configure(&cfg)
 	a, err := app.New(cfg, nil)
 	require.NoError(t, err)
 	require.NoError(t, a.Start(context.Background()))
@@ -72,16 +80,11 @@ func startBridge(t *testing.T, tokens ...string) *bridge {
 		cancel()
 	}
 	br := &bridge{app: a, base: "http://" + a.ControlAddr().String()}
+	// Read from the Hub: a policy may hide boards from a token's view.
 	require.Eventually(t, func() bool {
-		var list struct {
-			Devices []board `json:"devices"`
-		}
-		if !br.get(t, "/api/devices", &list, tokens...) {
-			return false
-		}
 		ready := 0
-		for _, d := range list.Devices {
-			if d.State == "ready" {
+		for _, d := range a.Hub.Devices() {
+			if d.State == device.StateReady {
 				ready++
 			}
 		}
@@ -274,6 +277,41 @@ func TestToken(t *testing.T) {
 	code, out, _ := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base, "DEVICEBRIDGE_TOKEN": "s3cret"}, "", "devices")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "02:00:00:00:00:03")
+}
+
+// TestPolicyAppliesToTheCLI: with a policy, each named token sees and
+// drives only its own board through the CLI, like /mcp and the control API.
+func TestPolicyAppliesToTheCLI(t *testing.T) {
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte(`identities:
+  kitchen:
+    boards: ["02:00:00:00:00:01"]
+  office:
+    boards: ["02:00:00:00:00:02"]
+    tools: ["self.get_device_status"]
+`), 0o600))
+	br := startBridgeWith(t, func(c *app.Config) {
+		c.Control.Tokens = []string{"kitchen=k-secret", "office=o-secret"}
+		c.Auth.PolicyFile = policyFile
+	})
+	as := func(token string, args ...string) (int, string, string) {
+		return runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base, "DEVICEBRIDGE_TOKEN": token}, "", args...)
+	}
+	code, out, _ := as("k-secret", "devices")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "02:00:00:00:00:01")
+	assert.NotContains(t, out, "02:00:00:00:00:02", "kitchen does not see the office board")
+
+	code, _, errOut := as("k-secret", "call", "02:00:00:00:00:02", "self.get_device_status")
+	assert.NotEqual(t, exitOK, code, "kitchen cannot call the office board: %s", errOut)
+
+	// A tool the policy withholds is absent from office's view of the board.
+	code, _, errOut = as("o-secret", "call", "02:00:00:00:00:02", "self.lamp.turn_on")
+	assert.NotEqual(t, exitOK, code)
+	assert.Contains(t, errOut, "has no tool self.lamp.turn_on")
+	code, out, errOut = as("o-secret", "call", "02:00:00:00:00:02", "self.get_device_status")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "audio_speaker")
 }
 
 // term is the CLI as a process on a pseudo-terminal.
