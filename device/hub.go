@@ -95,6 +95,8 @@ type Hub struct {
 	flaps map[string]*flapState
 	// probes holds one token per keepalive probe in flight.
 	probes chan struct{}
+	// remote is the rest of the fleet (see SetRemote); nil for one node.
+	remote atomic.Pointer[remoteBox]
 
 	// draining ends when Drain is called: calls in flight are answered
 	// with ErrShutdown and new ones refused.
@@ -264,6 +266,7 @@ func (h *Hub) Devices() []Info {
 	for _, s := range list {
 		out = append(out, s.Info())
 	}
+	out = h.withRemote(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID })
 	return out
 }
@@ -275,9 +278,13 @@ func (h *Hub) Devices() []Info {
 // While the Hub drains (see Drain), calls are refused, and calls in flight
 // return at once with an error wrapping ErrShutdown.
 func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.RawMessage) (*CallResult, error) {
+	return h.call(ctx, deviceID, tool, args, true)
+}
+
+func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMessage, remote bool) (*CallResult, error) {
 	start := time.Now()
 	transport := ""
-	res, err := h.callTool(ctx, deviceID, tool, args, &transport)
+	res, err := h.callTool(ctx, deviceID, tool, args, &transport, remote)
 	took, code := time.Since(start), CodeOf(err)
 	if h.cfg.Observer != nil {
 		h.cfg.Observer.CallDone(transport, code, took)
@@ -291,7 +298,7 @@ func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.Raw
 	return res, err
 }
 
-func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.RawMessage, transport *string) (*CallResult, error) {
+func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.RawMessage, transport *string, remote bool) (*CallResult, error) {
 	if h.draining.Err() != nil {
 		return nil, fmt.Errorf("%w: %s was not sent", ErrShutdown, tool)
 	}
@@ -300,6 +307,14 @@ func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.Raw
 	stop := context.AfterFunc(h.draining, func() { cancel(ErrShutdown) })
 	defer stop()
 
+	if info, ok := h.remoteDevice(deviceID, remote); ok {
+		*transport = info.Transport
+		res, err := h.remoteOf().CallTool(ctx, info, tool, args)
+		if err != nil && errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(err, ErrShutdown) {
+			return nil, fmt.Errorf("%w while %s ran; its outcome is unknown: %w", ErrShutdown, tool, err)
+		}
+		return res, err
+	}
 	s, err := h.readySession(ctx, deviceID)
 	if err == nil {
 		*transport = s.info.Transport

@@ -45,6 +45,9 @@ type Info struct {
 	ConnectedAt     time.Time `json:"connected_at"`
 	ReadyAt         time.Time `json:"ready_at,omitzero"`
 	ClosedAt        time.Time `json:"closed_at,omitzero"`
+	// Node names the bridge node that holds the board; it is set only for
+	// boards another node holds (see Hub.SetRemote), empty for local ones.
+	Node string `json:"node,omitempty"`
 	// Generation increases with every session the Hub creates, so a
 	// subscriber can tell a reconnected board from the one it knew.
 	Generation uint64 `json:"generation"`
