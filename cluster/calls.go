@@ -1,0 +1,202 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+)
+
+// Headers of a routed call.
+const (
+	hdrCallID   = "Devicebridge-Call-Id"
+	hdrDeadline = "Devicebridge-Deadline"
+)
+
+type callRequest struct {
+	DeviceID  string          `json:"device_id"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+type callReply struct {
+	Result *device.CallResult `json:"result,omitempty"`
+	Error  *callFailure       `json:"error,omitempty"`
+}
+
+// callFailure carries a failed call's Code across nodes, with what the
+// caller needs to rebuild the same error (the tools an unknown-tool error
+// lists, the method of a device error).
+type callFailure struct {
+	Code    device.Code `json:"code"`
+	Message string      `json:"message"`
+	Tool    string      `json:"tool,omitempty"`
+	Known   []string    `json:"known,omitempty"`
+	Method  string      `json:"method,omitempty"`
+	Node    string      `json:"node"`
+}
+
+// serveCalls answers the calls other nodes route to this node's boards on
+// <prefix>.call.<node>.<board key>, and their cancellations on
+// <prefix>.cancel.<node>.
+func (n *Node) serveCalls() error {
+	call, err := n.nc.Subscribe(n.subject("call", n.cfg.NodeID, "*"), func(m *nats.Msg) {
+		n.goOwned(func() { n.answer(m) })
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe to calls: %w", err)
+	}
+	cancel, err := n.nc.Subscribe(n.subject("cancel", n.cfg.NodeID), func(m *nats.Msg) {
+		n.mu.Lock()
+		c := n.inflight[string(m.Data)]
+		n.mu.Unlock()
+		if c != nil {
+			c(context.Canceled)
+		}
+	})
+	if err != nil {
+		_ = call.Unsubscribe()
+		return fmt.Errorf("cluster: subscribe to cancellations: %w", err)
+	}
+	n.subs = append(n.subs, call, cancel)
+	return nil
+}
+
+func (n *Node) answer(m *nats.Msg) {
+	var req callRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		n.reply(m, callReply{Error: &callFailure{Code: device.CodeFailed, Message: "unreadable routed call", Node: n.cfg.NodeID}})
+		return
+	}
+	ctx, cancel := context.WithCancelCause(n.ctx)
+	defer cancel(nil)
+	if d, err := time.Parse(time.RFC3339Nano, m.Header.Get(hdrDeadline)); err == nil {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, d)
+		defer stop()
+	}
+	id := m.Header.Get(hdrCallID)
+	if id != "" {
+		n.mu.Lock()
+		n.inflight[id] = cancel
+		n.mu.Unlock()
+		defer func() {
+			n.mu.Lock()
+			delete(n.inflight, id)
+			n.mu.Unlock()
+		}()
+	}
+	res, err := n.hub.CallLocal(ctx, req.DeviceID, req.Tool, req.Arguments)
+	if err == nil {
+		n.reply(m, callReply{Result: res})
+		return
+	}
+	f := &callFailure{Code: device.CodeOf(err), Message: err.Error(), Node: n.cfg.NodeID}
+	var toolErr *device.UnknownToolError
+	var devErr *device.DeviceError
+	switch {
+	case f.Code == device.CodeUnknownDevice:
+		// Listed a moment ago on this node: it went away since.
+		f.Code, f.Message = device.CodeOffline, fmt.Sprintf("%s is no longer connected to node %s", req.DeviceID, n.cfg.NodeID)
+	case errors.As(err, &toolErr):
+		f.Tool, f.Known = toolErr.Tool, toolErr.Known
+	case errors.As(err, &devErr):
+		f.Method, f.Message = devErr.Method, devErr.Message
+	}
+	n.reply(m, callReply{Error: f})
+}
+
+func (n *Node) reply(m *nats.Msg, r callReply) {
+	data, _ := json.Marshal(r)
+	if err := m.Respond(data); err != nil && n.ctx.Err() == nil {
+		n.log.Debug("could not answer a routed call", zap.Error(err))
+	}
+}
+
+// CallTool calls a tool on a board another node holds, by NATS
+// request/reply to that node (device.Remote). The caller's deadline and
+// cancellation travel with it; the call is never retried elsewhere.
+func (n *Node) CallTool(ctx context.Context, info device.Info, tool string, args json.RawMessage) (*device.CallResult, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.RemoteCallLimit)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	data, _ := json.Marshal(callRequest{DeviceID: info.DeviceID, Tool: tool, Arguments: args})
+	id := nats.NewInbox()[len(nats.InboxPrefix):]
+	msg := &nats.Msg{Subject: n.subject("call", info.Node, keyFor(info.DeviceID)), Data: data, Header: nats.Header{}}
+	msg.Header.Set(hdrCallID, id)
+	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	resp, err := n.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			// Tell the holder, so the board's queue is not held for nothing.
+			_ = n.nc.Publish(n.subject("cancel", info.Node), []byte(id))
+			return nil, fmt.Errorf("call to %s on node %s: %w", info.DeviceID, info.Node, context.Cause(ctx))
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil, fmt.Errorf("%w: node %s, which holds %s, does not answer", device.ErrOffline, info.Node, info.DeviceID)
+		default:
+			return nil, fmt.Errorf("%w: %s is on node %s, unreachable: %v", device.ErrOffline, info.DeviceID, info.Node, err)
+		}
+	}
+	var r callReply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("node %s answered a call to %s unreadably: %w", info.Node, info.DeviceID, err)
+	}
+	if r.Error != nil {
+		return nil, r.Error.err()
+	}
+	if r.Result == nil {
+		return nil, fmt.Errorf("node %s answered a call to %s without a result", info.Node, info.DeviceID)
+	}
+	return r.Result, nil
+}
+
+// err rebuilds the error the holder's Hub returned, so that CodeOf (and
+// errors.As for the detailed types) gives the same answer as for a local
+// call.
+func (f *callFailure) err() error {
+	switch f.Code {
+	case device.CodeUnknownTool:
+		return &device.UnknownToolError{Tool: f.Tool, Known: f.Known}
+	case device.CodeDeviceError:
+		return &device.DeviceError{Method: f.Method, Message: f.Message}
+	}
+	return &RemoteError{Code: f.Code, Node: f.Node, Message: f.Message}
+}
+
+// RemoteError is a failure another node reported for a call it answered.
+// errors.Is matches the sentinel of its Code (device.ErrBusy for busy...).
+type RemoteError struct {
+	Code    device.Code
+	Node    string
+	Message string
+}
+
+func (e *RemoteError) Error() string { return e.Message }
+
+// Is makes errors.Is (and so device.CodeOf) see the Code's sentinel.
+func (e *RemoteError) Is(target error) bool {
+	s := sentinels[e.Code]
+	return s != nil && target == s
+}
+
+var sentinels = map[device.Code]error{
+	device.CodeUnknownDevice:    device.ErrUnknownDevice,
+	device.CodeInvalidArguments: device.ErrInvalidArguments,
+	device.CodeNotReady:         device.ErrNotReady,
+	device.CodeNoMCP:            device.ErrNoMCP,
+	device.CodeBusy:             device.ErrBusy,
+	device.CodeTimeout:          device.ErrTimeout,
+	device.CodeOffline:          device.ErrOffline,
+	device.CodeShuttingDown:     device.ErrShutdown,
+	device.CodeCanceled:         context.Canceled,
+}

@@ -1,0 +1,315 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+)
+
+// DefaultOfflineAfter is how soon the other nodes show a dead node's boards
+// offline.
+const DefaultOfflineAfter = 15 * time.Second
+
+// DefaultPrefix names the buckets and subjects of one fleet.
+const DefaultPrefix = "devicebridge"
+
+// Config configures one node of a fleet.
+type Config struct {
+	// URL is the NATS server (or comma-separated servers) to join.
+	URL string
+	// NodeID names this node in the fleet; it must be unique among the
+	// nodes alive at once. Empty means DefaultNodeID().
+	NodeID string
+	// Options are extra nats.go options: credentials, TLS, user/password.
+	Options []nats.Option
+	// OfflineAfter bounds how long after a node dies its boards are still
+	// shown by the others (default 15 s). Heartbeats go out every fifth of
+	// it; a node missing about three is dead.
+	OfflineAfter time.Duration
+	// Prefix names the fleet's buckets and subjects (default
+	// "devicebridge"); two fleets on one NATS use two prefixes.
+	Prefix string
+	// RemoteCallLimit bounds a remote call whose caller set no deadline
+	// (default 5 minutes): the holder still applies the board's own call
+	// timeouts.
+	RemoteCallLimit time.Duration
+}
+
+// DefaultNodeID is the host name plus a short random suffix, so that two
+// bridges on one machine (or a restarted one) never share an id.
+func DefaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return sanitize(host) + "-" + hex.EncodeToString(b[:])
+}
+
+// sanitize keeps a node id usable as one NATS subject token and KV key.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// Record is one board's entry in the fleet directory. It changes only when
+// the board comes online, its tools change or it goes offline: a node
+// never rewrites its boards periodically; liveness is per node.
+type Record struct {
+	Node            string    `json:"node"`
+	DeviceID        string    `json:"device_id"`
+	ClientID        string    `json:"client_id,omitempty"`
+	Transport       string    `json:"transport"`
+	HasMCP          bool      `json:"has_mcp"`
+	State           string    `json:"state"`
+	Board           string    `json:"board,omitempty"`
+	FirmwareVersion string    `json:"firmware_version,omitempty"`
+	Catalog         string    `json:"catalog,omitempty"` // digest of the tool list in the catalogs bucket
+	ConnectedAt     time.Time `json:"connected_at"`
+	ReadyAt         time.Time `json:"ready_at,omitzero"`
+	Generation      uint64    `json:"generation"`
+}
+
+// Heartbeat is a node's liveness key.
+type Heartbeat struct {
+	Node    string    `json:"node"`
+	Started time.Time `json:"started"`
+	Boards  int       `json:"boards"`
+}
+
+// remoteBoard is a board another node holds, as the directory says.
+type remoteBoard struct {
+	rev  uint64
+	info device.Info
+}
+
+// Node joins a Hub to a fleet: it publishes the Hub's boards to the
+// directory, answers calls other nodes route to them, and gives the Hub
+// the boards other nodes hold (device.Remote).
+type Node struct {
+	cfg Config
+	hub *device.Hub
+	log *zap.Logger
+
+	nc                      *nats.Conn
+	boards, catalogs, nodes jetstream.KeyValue
+	subs                    []*nats.Subscription
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	resync chan struct{}
+
+	mu       sync.Mutex
+	stopped  bool
+	started  time.Time
+	owned    map[string]uint64        // key → revision this node wrote for its own board
+	remote   map[string]*remoteBoard  // key → board another node holds
+	alive    map[string]time.Time     // node → when its last heartbeat arrived (local clock)
+	toolsOf  map[string][]device.Tool // catalog digest → tools
+	stored   map[string]bool          // catalog digests this node knows are stored
+	inflight map[string]context.CancelCauseFunc
+}
+
+// Start connects to NATS, creates the fleet's buckets if needed and joins
+// the Hub to the fleet. Stop (or Abandon) ends it.
+func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger) (*Node, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("cluster: no NATS URL")
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = DefaultNodeID()
+	}
+	if s := sanitize(cfg.NodeID); s != cfg.NodeID {
+		return nil, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only (e.g. %q)", cfg.NodeID, s)
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = DefaultOfflineAfter
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.RemoteCallLimit <= 0 {
+		cfg.RemoteCallLimit = 5 * time.Minute
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
+		started: time.Now(), owned: map[string]uint64{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
+		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{}}
+	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			n.log.Info("reconnected to NATS; registering this node's boards again")
+			n.askResync()
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
+			}
+		})}, cfg.Options...)
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect %s: %w", cfg.URL, err)
+	}
+	n.nc = nc
+	if err := n.open(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	sub := hub.Subscribe()
+	n.goOwned(func() { n.publishLocal(sub) })
+	if err := n.watch("nodes", n.nodes, n.onHeartbeat); err != nil {
+		n.Abandon()
+		return nil, err
+	}
+	if err := n.watch("boards", n.boards, n.onBoard); err != nil {
+		n.Abandon()
+		return nil, err
+	}
+	if err := n.serveCalls(); err != nil {
+		n.Abandon()
+		return nil, err
+	}
+	n.goOwned(n.heartbeats)
+	hub.SetRemote(n)
+	n.log.Info("joined the fleet", zap.String("nats", nc.ConnectedUrlRedacted()),
+		zap.Duration("offline_after", cfg.OfflineAfter))
+	return n, nil
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+func (n *Node) bucket(name string) string { return n.cfg.Prefix + "_" + name }
+
+func (n *Node) subject(parts ...string) string {
+	return n.cfg.Prefix + "." + strings.Join(parts, ".")
+}
+
+func (n *Node) open(ctx context.Context) error {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	create := func(name, desc string, ttl time.Duration) (jetstream.KeyValue, error) {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: n.bucket(name), Description: desc,
+			History: 1, TTL: ttl, Storage: jetstream.FileStorage})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: key-value bucket %s: %w", n.bucket(name), err)
+		}
+		return kv, nil
+	}
+	if n.boards, err = create("boards", "devicebridge fleet directory: which node holds which board", 0); err != nil {
+		return err
+	}
+	if n.catalogs, err = create("catalogs", "devicebridge tool catalogs by digest", 0); err != nil {
+		return err
+	}
+	n.nodes, err = create("nodes", "devicebridge node heartbeats", n.cfg.OfflineAfter)
+	return err
+}
+
+func (n *Node) goOwned(f func()) {
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); f() }()
+}
+
+func (n *Node) askResync() {
+	select {
+	case n.resync <- struct{}{}:
+	default:
+	}
+}
+
+// Stop leaves the fleet cleanly: this node's boards and heartbeat are
+// deleted from the directory (the others show them offline at once), calls
+// in flight from other nodes are cancelled, and the connection closes.
+func (n *Node) Stop(ctx context.Context) {
+	if !n.halt() {
+		return
+	}
+	n.mu.Lock()
+	owned := n.owned
+	n.owned = map[string]uint64{}
+	n.mu.Unlock()
+	for key, rev := range owned {
+		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
+	}
+	_ = n.nodes.Delete(ctx, n.cfg.NodeID)
+	// Subscriptions ended in halt; flush the deletes, then close (Drain
+	// would leave a goroutine finishing in the background).
+	_ = n.nc.FlushTimeout(opTimeout)
+	n.nc.Close()
+	n.log.Info("left the fleet", zap.Int("boards", len(owned)))
+}
+
+// Abandon stops the node as a crash would: nothing is deleted, so the
+// others notice only when its heartbeat lapses. Tests use it; Stop is the
+// way out otherwise.
+func (n *Node) Abandon() {
+	if !n.halt() {
+		return
+	}
+	n.nc.Close()
+}
+
+// halt stops every goroutine and the remote view; false if already done.
+func (n *Node) halt() bool {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return false
+	}
+	n.stopped = true
+	for _, c := range n.inflight {
+		c(device.ErrShutdown)
+	}
+	n.mu.Unlock()
+	n.hub.SetRemote(nil)
+	for _, s := range n.subs {
+		_ = s.Unsubscribe()
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	return true
+}
+
+// keyFor is the directory key of a device id: the MAC's 12 hex digits, or
+// the hex of any other id (KV keys allow few characters).
+func keyFor(deviceID string) string {
+	if d, ok := device.MACDigits(deviceID); ok {
+		return d
+	}
+	return "x" + hex.EncodeToString([]byte(deviceID))
+}
+
+// digest names a tool list in the catalogs bucket; identical boards share it.
+func digest(tools []device.Tool) (string, []byte) {
+	data, _ := json.Marshal(tools)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16]), data
+}

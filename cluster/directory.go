@@ -1,0 +1,464 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+)
+
+// opTimeout bounds one directory operation.
+const opTimeout = 5 * time.Second
+
+// publishLocal writes this node's boards to the directory as the Hub's
+// events say they change, in order: online and tools changed put the
+// board's record, offline deletes it (only if this node still owns it).
+func (n *Node) publishLocal(sub *device.Subscription) {
+	defer sub.Close()
+	n.resyncLocal()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.resync:
+			n.resyncLocal()
+		case <-sub.C():
+			for _, ev := range sub.Next() {
+				if ev.Info.Node != "" {
+					continue // another node's board, relayed by this node
+				}
+				switch ev.Type {
+				case device.EventOnline, device.EventToolsChanged:
+					n.putBoard(ev.Info)
+				case device.EventOffline:
+					n.deleteBoard(ev.Info)
+				case device.EventResync:
+					n.resyncLocal()
+				}
+			}
+		}
+	}
+}
+
+// resyncLocal writes every local board again: at start, after a lost
+// backlog, and when NATS comes back (the others may have cleaned this
+// node's boards up while it was cut off).
+func (n *Node) resyncLocal() {
+	for _, s := range n.hub.Sessions() {
+		info := s.Info()
+		if info.State != device.StateClosed {
+			n.putBoard(info)
+		}
+	}
+}
+
+func (n *Node) storeCatalog(ctx context.Context, tools []device.Tool) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	d, data := digest(tools)
+	n.mu.Lock()
+	known := n.stored[d]
+	n.mu.Unlock()
+	if known {
+		return d
+	}
+	if _, err := n.catalogs.Create(ctx, d, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		n.log.Warn("could not store a tool catalog; other nodes see the board without tools", zap.Error(err))
+		return d
+	}
+	n.mu.Lock()
+	n.stored[d] = true
+	n.toolsOf[d] = tools
+	n.mu.Unlock()
+	return d
+}
+
+// putBoard records that this node holds a board. A board whose record
+// another node wrote after ours was taken over there (the newest
+// connection wins): this node yields. A new local session overwrites
+// whatever record exists, by compare-and-set on its revision.
+func (n *Node) putBoard(info device.Info) {
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	key := keyFor(info.DeviceID)
+	rec := Record{Node: n.cfg.NodeID, DeviceID: info.DeviceID, ClientID: info.ClientID, Transport: info.Transport,
+		HasMCP: info.HasMCP, State: info.State.String(), Board: info.Board, FirmwareVersion: info.FirmwareVersion,
+		Catalog: n.storeCatalog(ctx, info.Tools), ConnectedAt: info.ConnectedAt, ReadyAt: info.ReadyAt,
+		Generation: info.Generation}
+	data, _ := json.Marshal(rec)
+	var err error
+	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
+		n.mu.Lock()
+		mine := n.owned[key]
+		n.mu.Unlock()
+		var entry jetstream.KeyValueEntry
+		var rev uint64
+		entry, err = n.boards.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = n.boards.Create(ctx, key, data)
+		case err != nil:
+			continue
+		default:
+			var cur Record
+			_ = json.Unmarshal(entry.Value(), &cur)
+			if cur.Node != n.cfg.NodeID && mine != 0 && entry.Revision() > mine {
+				n.yield(info.DeviceID, cur.Node)
+				return
+			}
+			rev, err = n.boards.Update(ctx, key, data, entry.Revision())
+			if err == nil && cur.Node != n.cfg.NodeID {
+				n.log.Info("board taken over from another node (it connected here more recently)",
+					zap.String("device_id", info.DeviceID), zap.String("previous_node", cur.Node))
+			}
+		}
+		if err == nil {
+			n.mu.Lock()
+			if !n.stopped {
+				n.owned[key] = rev
+			}
+			n.mu.Unlock()
+			return
+		}
+	}
+	if n.ctx.Err() == nil {
+		n.log.Warn("could not write a board to the fleet directory; other nodes do not see it until the next change or reconnect",
+			zap.String("device_id", info.DeviceID), zap.Error(err))
+	}
+}
+
+// deleteBoard removes a board this node held, unless another node has
+// taken it over since (the delete is conditional on our revision).
+func (n *Node) deleteBoard(info device.Info) {
+	key := keyFor(info.DeviceID)
+	n.mu.Lock()
+	rev := n.owned[key]
+	delete(n.owned, key)
+	n.mu.Unlock()
+	if rev == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
+}
+
+// yield closes this node's connection of a board that connected to
+// another node more recently (a duplicated MAC, or a board that moved
+// while this node still held a stale connection).
+func (n *Node) yield(deviceID, other string) {
+	n.mu.Lock()
+	delete(n.owned, keyFor(deviceID))
+	n.mu.Unlock()
+	s, ok := n.hub.Session(deviceID)
+	if !ok {
+		return
+	}
+	n.log.Warn("the same device id connected to another node more recently; the newest connection wins, closing this node's",
+		zap.String("device_id", deviceID), zap.String("this_node", n.cfg.NodeID), zap.String("winning_node", other),
+		zap.String("remote", s.Info().RemoteAddr))
+	s.Close(fmt.Errorf("%w: it connected to node %s after node %s", device.ErrReplaced, other, n.cfg.NodeID))
+}
+
+// watch follows a bucket; apply sees every put and delete, starting with
+// the current values.
+func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(n.ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: watch %s: %w", name, err)
+	}
+	n.goOwned(func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil { // nil marks the end of the initial values
+					apply(e)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// onHeartbeat notes a node alive (by this node's clock, so clocks need not
+// agree) or gone (a clean Stop deletes its key).
+func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
+	node := e.Key()
+	if node == n.cfg.NodeID {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		n.nodeDead(node, "left the fleet")
+		return
+	}
+	n.mu.Lock()
+	_, was := n.alive[node]
+	n.alive[node] = time.Now()
+	var events []device.Event
+	if !was {
+		for _, b := range n.remote {
+			if b.info.Node == node {
+				events = append(events, device.Event{Type: device.EventOnline, DeviceID: b.info.DeviceID, Info: b.info})
+			}
+		}
+	}
+	n.mu.Unlock()
+	if !was {
+		n.log.Info("node joined the fleet", zap.String("peer", node), zap.Int("boards", len(events)))
+	}
+	n.announce(events)
+}
+
+// onBoard keeps the remote view in step with the directory.
+func (n *Node) onBoard(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	if e.Operation() != jetstream.KeyValuePut {
+		n.mu.Lock()
+		b := n.remote[key]
+		delete(n.remote, key)
+		_, shown := n.alive[nodeOf(b)]
+		n.mu.Unlock()
+		if b != nil && shown {
+			n.announce([]device.Event{offline(b.info, "the board went offline")})
+		}
+		return
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		n.log.Warn("unreadable fleet directory entry", zap.String("key", key), zap.Error(err))
+		return
+	}
+	if rec.Node == n.cfg.NodeID {
+		n.mu.Lock()
+		delete(n.remote, key)
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Lock()
+	mine := n.owned[key]
+	n.mu.Unlock()
+	if mine != 0 && e.Revision() > mine {
+		n.yield(rec.DeviceID, rec.Node)
+	}
+	info := device.Info{Identity: device.Identity{DeviceID: rec.DeviceID, ClientID: rec.ClientID, Transport: rec.Transport,
+		HasMCP: rec.HasMCP}, State: parseState(rec.State), Board: rec.Board, FirmwareVersion: rec.FirmwareVersion,
+		Tools: n.catalog(rec.Catalog), ConnectedAt: rec.ConnectedAt, ReadyAt: rec.ReadyAt, Generation: rec.Generation,
+		Node: rec.Node}
+	n.mu.Lock()
+	old := n.remote[key]
+	n.remote[key] = &remoteBoard{rev: e.Revision(), info: info}
+	_, shown := n.alive[rec.Node]
+	n.mu.Unlock()
+	if !shown {
+		return // announced when its node's heartbeat arrives
+	}
+	t := device.EventToolsChanged
+	if old == nil || old.info.Node != rec.Node || old.info.Generation != rec.Generation {
+		t = device.EventOnline
+	}
+	n.announce([]device.Event{{Type: t, DeviceID: info.DeviceID, Info: info}})
+}
+
+func nodeOf(b *remoteBoard) string {
+	if b == nil {
+		return ""
+	}
+	return b.info.Node
+}
+
+func offline(info device.Info, reason string) device.Event {
+	info.State, info.CloseReason, info.ClosedAt = device.StateClosed, reason, time.Now()
+	info.CloseCause = device.CauseDisconnected
+	return device.Event{Type: device.EventOffline, DeviceID: info.DeviceID, Info: info}
+}
+
+func parseState(s string) device.State {
+	for st := device.StateConnected; st <= device.StateClosed; st++ {
+		if st.String() == s {
+			return st
+		}
+	}
+	return device.StateConnected
+}
+
+// catalog returns the tools stored under a digest (cached: identical
+// boards share one entry).
+func (n *Node) catalog(d string) []device.Tool {
+	if d == "" {
+		return nil
+	}
+	n.mu.Lock()
+	tools, ok := n.toolsOf[d]
+	n.mu.Unlock()
+	if ok {
+		return tools
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	e, err := n.catalogs.Get(ctx, d)
+	if err != nil {
+		n.log.Warn("tool catalog missing from the fleet directory", zap.String("digest", d), zap.Error(err))
+		return nil
+	}
+	if err := json.Unmarshal(e.Value(), &tools); err != nil {
+		return nil
+	}
+	n.mu.Lock()
+	n.toolsOf[d] = tools
+	n.mu.Unlock()
+	return tools
+}
+
+func (n *Node) announce(events []device.Event) {
+	for _, ev := range events {
+		n.hub.PublishRemote(ev)
+	}
+}
+
+// heartbeats writes this node's liveness key and finds nodes whose own
+// heartbeats lapsed.
+func (n *Node) heartbeats() {
+	beat := time.NewTicker(n.cfg.OfflineAfter / 5)
+	defer beat.Stop()
+	check := time.NewTicker(n.cfg.OfflineAfter / 10)
+	defer check.Stop()
+	n.beat()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-beat.C:
+			n.beat()
+		case <-check.C:
+			n.reap()
+		}
+	}
+}
+
+func (n *Node) beat() {
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	data, _ := json.Marshal(Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())})
+	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil && n.ctx.Err() == nil {
+		n.log.Debug("heartbeat not written", zap.Error(err))
+	}
+}
+
+// deadAfter: a node is dead once about three heartbeats are missing, so
+// its boards are shown offline well within OfflineAfter.
+func (n *Node) deadAfter() time.Duration { return n.cfg.OfflineAfter * 2 / 3 }
+
+// reap declares nodes dead whose heartbeats lapsed, and cleans up records
+// whose owner is not alive (nodes that died before this one started).
+func (n *Node) reap() {
+	now := time.Now()
+	var dead []string
+	var orphans []string
+	n.mu.Lock()
+	for node, seen := range n.alive {
+		if now.Sub(seen) > n.deadAfter() {
+			dead = append(dead, node)
+		}
+	}
+	if now.Sub(n.started) > n.cfg.OfflineAfter {
+		for key, b := range n.remote {
+			if _, ok := n.alive[b.info.Node]; !ok {
+				orphans = append(orphans, key)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, node := range dead {
+		n.nodeDead(node, "its heartbeat lapsed")
+	}
+	for _, key := range orphans {
+		n.mu.Lock()
+		b := n.remote[key]
+		delete(n.remote, key)
+		n.mu.Unlock()
+		if b != nil {
+			n.cleanUp(key, b)
+		}
+	}
+}
+
+// nodeDead shows a node's boards offline and deletes their records (each
+// delete conditional on the revision seen, so a board that meanwhile
+// connected elsewhere is left alone).
+func (n *Node) nodeDead(node, why string) {
+	n.mu.Lock()
+	_, was := n.alive[node]
+	delete(n.alive, node)
+	gone := map[string]*remoteBoard{}
+	for key, b := range n.remote {
+		if b.info.Node == node {
+			gone[key] = b
+			delete(n.remote, key)
+		}
+	}
+	n.mu.Unlock()
+	if !was && len(gone) == 0 {
+		return
+	}
+	n.log.Warn("node left the fleet; its boards are offline until they reconnect to a live node",
+		zap.String("peer", node), zap.String("why", why), zap.Int("boards", len(gone)))
+	keys := make([]string, 0, len(gone))
+	for k := range gone {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if was {
+			n.announce([]device.Event{offline(gone[key].info, "node "+node+" "+why)})
+		}
+		n.cleanUp(key, gone[key])
+	}
+}
+
+func (n *Node) cleanUp(key string, b *remoteBoard) {
+	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+	defer cancel()
+	_ = n.boards.Delete(ctx, key, jetstream.LastRevision(b.rev))
+}
+
+// Devices lists the boards other live nodes hold (device.Remote).
+func (n *Node) Devices() []device.Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]device.Info, 0, len(n.remote))
+	for _, b := range n.remote {
+		if _, ok := n.alive[b.info.Node]; ok {
+			info := b.info
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// Device finds a board another live node holds (device.Remote).
+func (n *Node) Device(deviceID string) (device.Info, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b, ok := n.remote[keyFor(deviceID)]
+	if !ok {
+		return device.Info{}, false
+	}
+	if _, alive := n.alive[b.info.Node]; !alive {
+		return device.Info{}, false
+	}
+	return b.info, true
+}
