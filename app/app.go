@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/api"
+	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/ota"
@@ -58,6 +59,8 @@ type App struct {
 	stopSimulators context.CancelFunc
 	// access: OAuth, policy and audit log (access.go).
 	access access
+	// cluster joins the fleet over NATS (cluster.go); nil when alone.
+	cluster *cluster.Node
 }
 
 // New builds an App; nothing listens until Start.
@@ -208,6 +211,10 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 
+	if err := a.startCluster(ctx); err != nil {
+		a.Shutdown(context.Background())
+		return fmt.Errorf("cluster: %w", err)
+	}
 	if err := a.startMQTT(ctx); err != nil {
 		a.Shutdown(context.Background())
 		return fmt.Errorf("mqtt: %w", err)

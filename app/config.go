@@ -37,6 +37,7 @@ type Config struct {
 	TLS           TLSConfig      `yaml:"tls"`
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
+	Cluster       ClusterConfig  `yaml:"cluster"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -149,7 +150,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate())
+	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
 	return errors.Join(errs...)
 }
 
@@ -194,6 +195,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerDebugFlags(fs, cfg)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 	registerAuthFlags(fs, &cfg.Auth)
+	registerClusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", cfg.Tracing.OTLPEndpoint, "export OpenTelemetry traces of /mcp calls to this OTLP/HTTP collector (http://host:4318); default off")
 }
 

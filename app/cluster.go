@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/cluster"
+)
+
+// ClusterConfig joins this bridge to a fleet of bridges over NATS
+// JetStream (docs/scaling.md). Without NATSURL the bridge runs alone, as
+// before.
+type ClusterConfig struct {
+	// NATSURL is the NATS server (or comma-separated servers); "" is off.
+	NATSURL string `yaml:"nats_url"`
+	// NodeID names this node; default: host name plus a short random suffix.
+	NodeID string `yaml:"node_id"`
+	// OfflineAfter: how soon the other nodes show a dead node's boards
+	// offline (default 15s).
+	OfflineAfter time.Duration `yaml:"offline_after"`
+	// Prefix names the fleet's buckets and subjects (default devicebridge).
+	Prefix string `yaml:"prefix"`
+	// CredsFile is a NATS credentials file (JWT and NKey seed).
+	CredsFile string `yaml:"creds_file"`
+	// User and Password authenticate with NATS user/password.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// CAFile verifies the NATS server's TLS certificate; CertFile and
+	// KeyFile present a client certificate.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+func registerClusterFlags(fs *flag.FlagSet, c *ClusterConfig) {
+	fs.StringVar(&c.NATSURL, "nats", c.NATSURL, "join a fleet of bridges through this NATS server (nats://host:4222); default: run alone")
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this bridge's name in the fleet (default: host name plus a random suffix)")
+}
+
+func (c ClusterConfig) validate() error {
+	if c.NATSURL == "" {
+		return nil
+	}
+	var errs []error
+	if c.OfflineAfter < 0 {
+		errs = append(errs, errors.New("cluster.offline_after must not be negative"))
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		errs = append(errs, errors.New("cluster.cert_file and cluster.key_file go together"))
+	}
+	if c.CredsFile != "" && c.User != "" {
+		errs = append(errs, errors.New("cluster: use creds_file or user/password, not both"))
+	}
+	if strings.ContainsAny(c.NodeID, " .*>") {
+		errs = append(errs, fmt.Errorf("cluster.node_id %q: use letters, digits, '-' and '_'", c.NodeID))
+	}
+	return errors.Join(errs...)
+}
+
+func (c ClusterConfig) natsOptions() []nats.Option {
+	var opts []nats.Option
+	if c.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.CAFile != "" {
+		opts = append(opts, nats.RootCAs(c.CAFile))
+	}
+	if c.CertFile != "" {
+		opts = append(opts, nats.ClientCert(c.CertFile, c.KeyFile))
+	}
+	return opts
+}
+
+// startCluster joins the fleet when cluster.nats_url is set. The node
+// leaves cleanly on Shutdown, before the Hub closes its sessions.
+func (a *App) startCluster(ctx context.Context) error {
+	c := a.cfg.Cluster
+	if c.NATSURL == "" {
+		return nil
+	}
+	n, err := cluster.Start(ctx, cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
+		Prefix: c.Prefix, Options: c.natsOptions()}, a.Hub, a.log.Named("cluster"))
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.cluster = n
+	a.mu.Unlock()
+	a.onShutdown(n.Stop)
+	a.log.Info("bridge is a node of a fleet", zap.String("node", n.ID()))
+	return nil
+}
+
+// Cluster returns the fleet node, or nil when the bridge runs alone.
+func (a *App) Cluster() *cluster.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cluster
+}

@@ -1,0 +1,200 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// startNATS runs an in-process NATS server with JetStream on a random
+// port, stored in a temp dir; tests never use a NATS of the machine.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+const offlineWindow = 1500 * time.Millisecond
+
+// startNode starts one bridge node of the fleet, stopped at cleanup.
+func startNode(t *testing.T, natsURL, id string) (*app.App, string) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Cluster.NATSURL = natsURL
+	cfg.Cluster.NodeID = id
+	cfg.Cluster.OfflineAfter = offlineWindow
+	return startApp(t, cfg)
+}
+
+// connectBoard connects a simulated board with the given MAC to a node.
+func connectBoard(t *testing.T, a *app.App, mac string) *simulator.Board {
+	t.Helper()
+	profile, err := simulator.LoadProfile("breadboard")
+	require.NoError(t, err)
+	b, err := simulator.NewBoard(simulator.Config{MAC: mac, Profile: profile})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
+	return b
+}
+
+// readyBoards lists the ready boards GET /api/devices shows.
+func readyBoards(t *testing.T, base string) []string {
+	var list deviceList
+	getJSON(t, base+"/api/devices", &list)
+	var out []string
+	for _, d := range list.Devices {
+		if d.State == "ready" && d.ToolCount > 0 {
+			out = append(out, d.DeviceID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func callStatus(t *testing.T, base, mac string) int {
+	return postJSON(t, base+"/api/devices/"+mac+"/call", `{"name":"self.get_device_status"}`, nil)
+}
+
+// TestThreeNodesServeOneFleet: three bridges on one NATS, boards on each;
+// every node's control API and /mcp list and call every board; a node that
+// dies without a word has its boards shown offline elsewhere within the
+// window, and a board that reconnects to a survivor is ready there.
+func TestThreeNodesServeOneFleet(t *testing.T) {
+	noLeaks(t)
+	url := startNATS(t)
+	a, baseA := startNode(t, url, "a")
+	b, baseB := startNode(t, url, "b")
+	c, baseC := startNode(t, url, "c")
+	macs := map[*app.App][]string{
+		a: {"0a:00:00:00:00:01", "0a:00:00:00:00:02"},
+		b: {"0b:00:00:00:00:01", "0b:00:00:00:00:02"},
+		c: {"0c:00:00:00:00:01"},
+	}
+	var all []string
+	boards := map[string]*simulator.Board{}
+	for node, list := range macs {
+		for _, mac := range list {
+			boards[mac] = connectBoard(t, node, mac)
+			all = append(all, mac)
+		}
+	}
+	sort.Strings(all)
+	for _, base := range []string{baseA, baseB, baseC} {
+		require.Eventually(t, func() bool { return fmt.Sprint(readyBoards(t, base)) == fmt.Sprint(all) },
+			15*time.Second, 20*time.Millisecond, "every node lists every board")
+	}
+
+	// Calls through the control API, routed both ways.
+	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0b:00:00:00:00:01"))
+	require.Equal(t, http.StatusOK, callStatus(t, baseB, "0a:00:00:00:00:02"))
+	require.Equal(t, http.StatusOK, callStatus(t, baseC, "0a:00:00:00:00:01"))
+	require.Equal(t, http.StatusNotFound, postJSON(t, baseA+"/api/devices/0b:00:00:00:00:01/call", `{"name":"self.nope"}`, nil),
+		"an unknown tool on a remote board is the same 404 as on a local one")
+
+	// /mcp on node a publishes every board's tools and calls them.
+	mcpCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fleet-test", Version: "1"}, nil).Connect(mcpCtx,
+		&mcp.StreamableClientTransport{Endpoint: baseA + "/mcp", MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	require.NoError(t, err)
+	var status []string
+	require.Eventually(t, func() bool {
+		list, err := cs.ListTools(mcpCtx, nil)
+		require.NoError(t, err)
+		status = status[:0]
+		for _, tool := range list.Tools {
+			if strings.HasSuffix(tool.Name, "get_device_status") {
+				status = append(status, tool.Name)
+			}
+		}
+		return len(status) == len(all)
+	}, 10*time.Second, 20*time.Millisecond, "one status tool per board of the fleet")
+	for _, name := range status {
+		res, err := cs.CallTool(mcpCtx, &mcp.CallToolParams{Name: name})
+		require.NoError(t, err)
+		require.False(t, res.IsError, "%s: %+v", name, res.Content)
+	}
+	require.NoError(t, cs.Close())
+
+	// 100 concurrent calls, each from a node to a board another node holds.
+	type route struct{ base, mac string }
+	routes := []route{{baseA, "0b:00:00:00:00:01"}, {baseA, "0c:00:00:00:00:01"}, {baseB, "0a:00:00:00:00:01"},
+		{baseB, "0c:00:00:00:00:01"}, {baseC, "0a:00:00:00:00:02"}, {baseC, "0b:00:00:00:00:02"}}
+	var wg sync.WaitGroup
+	codes := make(chan int, 100)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := routes[i%len(routes)]
+			codes <- callStatus(t, r.base, r.mac)
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		// 503 busy is a board's bounded queue answering honestly; anything
+		// else would be a routing failure.
+		require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, code)
+	}
+
+	// Node b dies without cleaning up: its heartbeat lapses.
+	b.Cluster().Abandon()
+	died := time.Now()
+	want := []string{"0a:00:00:00:00:01", "0a:00:00:00:00:02", "0c:00:00:00:00:01"}
+	for _, base := range []string{baseA, baseC} {
+		require.Eventually(t, func() bool { return fmt.Sprint(readyBoards(t, base)) == fmt.Sprint(want) },
+			2*offlineWindow, 10*time.Millisecond, "b's boards offline elsewhere")
+	}
+	require.Less(t, time.Since(died), offlineWindow+time.Second)
+	// Boards on healthy nodes never fail meanwhile.
+	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0c:00:00:00:00:01"))
+	require.Equal(t, http.StatusOK, callStatus(t, baseC, "0a:00:00:00:00:01"))
+
+	// One of b's boards comes back through a survivor, c; every node sees
+	// it there and calls reach it.
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	require.NoError(t, boards["0b:00:00:00:00:01"].ConnectWebSocket(ctx, c.DeviceURL()))
+	want = append(want, "0b:00:00:00:00:01")
+	sort.Strings(want)
+	require.Eventually(t, func() bool { return fmt.Sprint(readyBoards(t, baseA)) == fmt.Sprint(want) },
+		10*time.Second, 20*time.Millisecond)
+	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0b:00:00:00:00:01"))
+}
+
+// TestWithoutNATSNothingChanges: no --nats, no fleet.
+func TestWithoutNATSNothingChanges(t *testing.T) {
+	noLeaks(t)
+	a, _ := startApp(t, testConfig())
+	require.Nil(t, a.Cluster())
+}
+
+func TestClusterFlags(t *testing.T) {
+	cfg, err := app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4222", "--node-id", "n1"})
+	require.NoError(t, err)
+	require.Equal(t, "nats://127.0.0.1:4222", cfg.Cluster.NATSURL)
+	require.Equal(t, "n1", cfg.Cluster.NodeID)
+	cfg.Cluster.NodeID = "bad.id"
+	require.ErrorContains(t, cfg.Validate(), "node_id")
+}
