@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startNATS runs an in-process NATS server with JetStream on a random
 // port, stored in a temp dir.
-func startNATS(t *testing.T) string {
+func startNATS(t testing.TB) string {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true})
@@ -42,7 +42,7 @@ type node struct {
 	node *Node
 }
 
-func startNode(t *testing.T, url, id string) *node {
+func startNode(t testing.TB, url, id string) *node {
 	t.Helper()
 	hub := device.NewHub(device.HubConfig{ReadyWait: 2 * time.Second}, nil)
 	n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond}, hub, nil)
@@ -58,7 +58,7 @@ func startNode(t *testing.T, url, id string) *node {
 
 // attach connects a scripted board to a node. hold, when set, makes
 // self.hold wait until it is closed or the link ends.
-func (n *node) attach(t *testing.T, mac string, hold chan struct{}) *testlink.Link {
+func (n *node) attach(t testing.TB, mac string, hold chan struct{}) *testlink.Link {
 	t.Helper()
 	bridge, end := testlink.Pair(64)
 	var b *testlink.Board
