@@ -149,11 +149,10 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.lookup(r.PathValue("id"))
-	var info device.Info
+	info, ok := s.device(r.PathValue("id"))
 	if ok {
 		// A board the caller may not see is as absent as an unknown one.
-		info, ok = s.view(policy.IdentityFrom(r.Context()), sess.Info())
+		info, ok = s.view(policy.IdentityFrom(r.Context()), info)
 	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q (GET /api/devices lists them)", r.PathValue("id")))
@@ -183,9 +182,9 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	who := policy.IdentityFrom(r.Context())
 	board := policy.Board{ID: device.NormalizeID(id)}
-	if sess, ok := s.lookup(id); ok {
-		id = sess.ID()
-		board = s.board(sess.Info())
+	if info, ok := s.device(id); ok {
+		id = info.DeviceID
+		board = s.board(info)
 	}
 	if err := s.opts.Access.Policy.Check(who, board, req.Name); err != nil {
 		s.log.Info("control call refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", req.Name))
@@ -286,6 +285,18 @@ func (s *Server) lookup(id string) (*device.Session, bool) {
 		return sess, true
 	}
 	return s.hub.Session(device.NormalizeID(id))
+}
+
+// device finds a board by id like lookup, on this node or (in a fleet,
+// see cluster/) on another one.
+func (s *Server) device(id string) (device.Info, bool) {
+	if sess, ok := s.lookup(id); ok {
+		return sess.Info(), true
+	}
+	if info, ok := s.hub.Device(id); ok {
+		return info, true
+	}
+	return s.hub.Device(device.NormalizeID(id))
 }
 
 // RequireTokens guards routes other packages mount on the control

@@ -107,12 +107,11 @@ func (s *Server) registerInteractions(mux *http.ServeMux) {
 // so that images reach the console.
 func (s *Server) lookupInteractionTool(_ context.Context, key string) (*flow.Tool, error) {
 	id, name, _ := strings.Cut(key, "/")
-	sess, ok := s.hub.Session(id)
+	info, ok := s.hub.Device(id)
 	if !ok {
 		return nil, &lookupError{http.StatusNotFound, ErrorDetail{Code: "unknown_device",
 			Message: fmt.Sprintf("no connected device %q (GET /api/devices lists them)", id)}}
 	}
-	info := sess.Info()
 	var known []string
 	for _, t := range info.Tools {
 		known = append(known, t.Name)
@@ -182,9 +181,9 @@ func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	who := policy.IdentityFrom(r.Context())
 	board := policy.Board{ID: device.NormalizeID(id)}
-	if sess, ok := s.lookup(id); ok {
-		id = sess.ID()
-		board = s.board(sess.Info())
+	if info, ok := s.device(id); ok {
+		id = info.DeviceID
+		board = s.board(info)
 	}
 	if strings.Contains(id, "/") {
 		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q", id))

@@ -108,6 +108,15 @@ func TestThreeNodesServeOneFleet(t *testing.T) {
 	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0b:00:00:00:00:01"))
 	require.Equal(t, http.StatusOK, callStatus(t, baseB, "0a:00:00:00:00:02"))
 	require.Equal(t, http.StatusOK, callStatus(t, baseC, "0a:00:00:00:00:01"))
+	var detail struct {
+		Node  string `json:"node"`
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, baseA+"/api/devices/0b_00_00_00_00_01", &detail), "a remote board's details")
+	require.Equal(t, "b", detail.Node)
+	require.NotEmpty(t, detail.Tools)
 	require.Equal(t, http.StatusNotFound, postJSON(t, baseA+"/api/devices/0b:00:00:00:00:01/call", `{"name":"self.nope"}`, nil),
 		"an unknown tool on a remote board is the same 404 as on a local one")
 
@@ -197,4 +206,28 @@ func TestClusterFlags(t *testing.T) {
 	require.Equal(t, "n1", cfg.Cluster.NodeID)
 	cfg.Cluster.NodeID = "bad.id"
 	require.ErrorContains(t, cfg.Validate(), "node_id")
+}
+
+// TestInteractionOnARemoteBoard: a guided call (/api/interactions) on node
+// a drives a board node b holds.
+func TestInteractionOnARemoteBoard(t *testing.T) {
+	noLeaks(t)
+	url := startNATS(t)
+	_, baseA := startNode(t, url, "a")
+	b, _ := startNode(t, url, "b")
+	connectBoard(t, b, "0b:00:00:00:00:07")
+	require.Eventually(t, func() bool { return len(readyBoards(t, baseA)) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	var s struct {
+		SessionID string `json:"sessionId"`
+		State     string `json:"state"`
+	}
+	require.Equal(t, http.StatusOK, doJSON(t, "POST", baseA+"/api/devices/0b:00:00:00:00:07/interactions", "",
+		`{"name":"self.audio_speaker.set_volume","arguments":{}}`, &s))
+	require.Equal(t, "waiting_user", s.State)
+	require.Equal(t, http.StatusOK, doJSON(t, "POST", baseA+"/api/interactions/"+s.SessionID, "", `{"value":42}`, &s))
+	require.Equal(t, "completed", s.State)
+	var res struct{ Content []struct{ Text string } }
+	require.Equal(t, http.StatusOK, doJSON(t, "POST", baseA+"/api/devices/0b:00:00:00:00:07/call", "", `{"name":"self.get_device_status"}`, &res))
+	require.Contains(t, res.Content[0].Text, `"volume":42`)
 }
