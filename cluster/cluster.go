@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,11 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	resync chan struct{}
+	// rewatch holds one channel per bucket watcher, signalled on reconnect:
+	// a server restart can end a watch without closing it.
+	rewatch []chan struct{}
+	// dirty: a directory write failed; the next heartbeat resyncs.
+	dirty atomic.Bool
 
 	mu       sync.Mutex
 	stopped  bool
@@ -162,6 +168,12 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
 			n.askResync()
+			for _, c := range n.rewatch {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -254,6 +266,12 @@ func (n *Node) Stop(ctx context.Context) {
 	owned := n.owned
 	n.owned = map[string]uint64{}
 	n.mu.Unlock()
+	if !n.nc.IsConnected() {
+		// Cut off from NATS: the others clean up when the heartbeat lapses.
+		n.nc.Close()
+		n.log.Info("left the fleet without NATS; the other nodes clean up after offline_after", zap.Int("boards", len(owned)))
+		return
+	}
 	for key, rev := range owned {
 		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
 	}

@@ -51,6 +51,8 @@ func startNode(t testing.TB, url, id string) *node {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		n.Stop(ctx)
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		require.NoError(t, hub.Close(ctx))
 	})
 	return &node{hub: hub, node: n}

@@ -130,7 +130,8 @@ func (n *Node) putBoard(info device.Info) {
 		}
 	}
 	if n.ctx.Err() == nil {
-		n.log.Warn("could not write a board to the fleet directory; other nodes do not see it until the next change or reconnect",
+		n.dirty.Store(true)
+		n.log.Warn("could not write a board to the fleet directory; retrying with the next heartbeat",
 			zap.String("device_id", info.DeviceID), zap.Error(err))
 	}
 }
@@ -169,26 +170,55 @@ func (n *Node) yield(deviceID, other string) {
 }
 
 // watch follows a bucket; apply sees every put and delete, starting with
-// the current values.
+// the current values. After a reconnect the watch starts over (replaying
+// the current values), since a restarted server may not resume it.
 func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch %s: %w", name, err)
 	}
+	again := make(chan struct{}, 1)
+	n.rewatch = append(n.rewatch, again)
 	n.goOwned(func() {
-		defer func() { _ = w.Stop() }()
+		defer func() {
+			if w != nil {
+				_ = w.Stop()
+			}
+		}()
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
+		retry := time.NewTimer(time.Hour)
+		defer retry.Stop()
 		for {
 			select {
 			case <-n.ctx.Done():
 				return
-			case e, ok := <-w.Updates():
+			case <-again:
+			case <-retry.C:
+			case e, ok := <-updates:
 				if !ok {
-					return
+					updates = nil
+					retry.Reset(time.Second)
+					continue
 				}
 				if e != nil { // nil marks the end of the initial values
 					apply(e)
 				}
+				continue
 			}
+			if w != nil {
+				_ = w.Stop()
+			}
+			w, updates = nil, nil
+			nw, err := kv.WatchAll(n.ctx)
+			if err != nil {
+				n.log.Debug("watch not restarted yet", zap.String("bucket", name), zap.Error(err))
+				retry.Reset(time.Second)
+				continue
+			}
+			w, updates = nw, nw.Updates()
 		}
 	})
 	return nil
@@ -353,8 +383,14 @@ func (n *Node) beat() {
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
 	data, _ := json.Marshal(Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())})
-	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil && n.ctx.Err() == nil {
-		n.log.Debug("heartbeat not written", zap.Error(err))
+	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil {
+		if n.ctx.Err() == nil {
+			n.log.Debug("heartbeat not written", zap.Error(err))
+		}
+		return
+	}
+	if n.dirty.CompareAndSwap(true, false) {
+		n.askResync()
 	}
 }
 
