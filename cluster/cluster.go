@@ -168,7 +168,10 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
 			n.askResync()
-			for _, c := range n.rewatch {
+			n.mu.Lock()
+			rewatch := n.rewatch
+			n.mu.Unlock()
+			for _, c := range rewatch {
 				select {
 				case c <- struct{}{}:
 				default:

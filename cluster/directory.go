@@ -178,7 +178,9 @@ func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.Ke
 		return fmt.Errorf("cluster: watch %s: %w", name, err)
 	}
 	again := make(chan struct{}, 1)
+	n.mu.Lock()
 	n.rewatch = append(n.rewatch, again)
+	n.mu.Unlock()
 	n.goOwned(func() {
 		defer func() {
 			if w != nil {
