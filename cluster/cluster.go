@@ -102,6 +102,7 @@ type Heartbeat struct {
 type remoteBoard struct {
 	rev  uint64
 	info device.Info
+	seen time.Time // when this node first read the record
 }
 
 // Node joins a Hub to a fleet: it publishes the Hub's boards to the
@@ -193,6 +194,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// Heartbeat first: a peer must never see this node's boards before it
+	// sees the node alive, or it would clean them up as orphans.
+	n.beat()
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
 	if err := n.watch("nodes", n.nodes, n.onHeartbeat); err != nil {

@@ -292,7 +292,11 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		Node: rec.Node}
 	n.mu.Lock()
 	old := n.remote[key]
-	n.remote[key] = &remoteBoard{rev: e.Revision(), info: info}
+	seen := time.Now()
+	if old != nil && old.info.Node == rec.Node {
+		seen = old.seen
+	}
+	n.remote[key] = &remoteBoard{rev: e.Revision(), info: info, seen: seen}
 	_, shown := n.alive[rec.Node]
 	n.mu.Unlock()
 	if !shown {
@@ -414,7 +418,7 @@ func (n *Node) reap() {
 	}
 	if now.Sub(n.started) > n.cfg.OfflineAfter {
 		for key, b := range n.remote {
-			if _, ok := n.alive[b.info.Node]; !ok {
+			if _, ok := n.alive[b.info.Node]; !ok && now.Sub(b.seen) > n.cfg.OfflineAfter {
 				orphans = append(orphans, key)
 			}
 		}
