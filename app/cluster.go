@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/cluster"
+	"github.com/devicebridge/devicebridge/device"
 )
 
 // ClusterConfig joins this bridge to a fleet of bridges over NATS
@@ -97,6 +99,9 @@ func (a *App) startCluster(ctx context.Context) error {
 	a.cluster = n
 	a.mu.Unlock()
 	a.onShutdown(n.Stop)
+	if err := a.Metrics.Registry().Register(&fleetCollector{hub: a.Hub.Devices, self: n.ID()}); err != nil {
+		a.log.Warn("fleet metrics not registered", zap.Error(err))
+	}
 	a.log.Info("bridge is a node of a fleet", zap.String("node", n.ID()))
 	return nil
 }
@@ -106,4 +111,31 @@ func (a *App) Cluster() *cluster.Node {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cluster
+}
+
+// fleetCollector reports which node holds how many boards, as this node
+// sees the fleet, read from the Hub at scrape time.
+type fleetCollector struct {
+	hub  func() []device.Info
+	self string
+}
+
+var fleetBoardsDesc = prometheus.NewDesc("devicebridge_fleet_boards",
+	"Boards of the whole fleet by the node that holds them, as this node sees the directory (read at scrape time).",
+	[]string{"node"}, nil)
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fleetBoardsDesc }
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	count := map[string]int{c.self: 0}
+	for _, i := range c.hub() {
+		node := i.Node
+		if node == "" {
+			node = c.self
+		}
+		count[node]++
+	}
+	for node, n := range count {
+		ch <- prometheus.MustNewConstMetric(fleetBoardsDesc, prometheus.GaugeValue, float64(n), node)
+	}
 }

@@ -104,6 +104,12 @@ func TestThreeNodesServeOneFleet(t *testing.T) {
 			15*time.Second, 20*time.Millisecond, "every node lists every board")
 	}
 
+	// Metrics say which node holds what.
+	m := scrapeMetrics(t, http.DefaultClient, baseC)
+	require.Equal(t, 2.0, m[metricSeries("devicebridge_fleet_boards", "node", "a")])
+	require.Equal(t, 2.0, m[metricSeries("devicebridge_fleet_boards", "node", "b")])
+	require.Equal(t, 1.0, m[metricSeries("devicebridge_fleet_boards", "node", "c")])
+
 	// Calls through the control API, routed both ways.
 	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0b:00:00:00:00:01"))
 	require.Equal(t, http.StatusOK, callStatus(t, baseB, "0a:00:00:00:00:02"))
