@@ -332,9 +332,10 @@ func (s *Server) Sync() {
 			delete(s.remembered, id)
 		}
 	}
+	old := s.cat.Load()
 	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools,
-		flow: s.flow != nil, confirm: s.needsConfirm})
-	old := s.cat.Swap(cur)
+		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
+	s.cat.Store(cur)
 	removed, added := diff(old, cur)
 	for _, e := range added {
 		if e.schemaErr != nil {
