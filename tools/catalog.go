@@ -184,24 +184,49 @@ func newEntry(c *catalog, name string, v *deviceView, t device.Tool, opts catalo
 		Description: toolDescription(v, t, e.confirm),
 		InputSchema: e.schema.Published(),
 	}
-	meta := mcp.Meta{}
-	if e.userOnly {
-		// The board marks it as the user's; hosts that show tools to people
-		// can tell from the description, and the model is told to wait for
-		// an explicit request.
-		meta["devicebridge/audience"] = []string{"user"}
-	}
-	if opts.flow {
-		// Flow-aware clients learn from the listing that interaction.start
-		// takes this tool, and whether it will end with a confirmation.
-		meta[metaFlow] = map[string]any{"interactive": true, "confirm": e.confirm}
-	}
-	if len(meta) > 0 {
-		e.mcpTool.Meta = meta
-	}
+	e.mcpTool.Meta = toolMeta(e.userOnly, opts.flow, e.confirm)
 	fp, _ := json.Marshal(e.mcpTool)
 	e.fingerprint = sha256.Sum256(fp)
 	return e
+}
+
+// sharedMeta holds the few distinct _meta objects tools carry, built once:
+// every tool of every board shares one of them. They are never modified.
+var sharedMeta = func() (m [2][2][2]mcp.Meta) {
+	for _, userOnly := range []bool{false, true} {
+		for _, flow := range []bool{false, true} {
+			for _, confirm := range []bool{false, true} {
+				meta := mcp.Meta{}
+				if userOnly {
+					// The board marks it as the user's; hosts that show tools to
+					// people can tell from the description, and the model is told
+					// to wait for an explicit request.
+					meta["devicebridge/audience"] = []string{"user"}
+				}
+				if flow {
+					// Flow-aware clients learn from the listing that
+					// interaction.start takes this tool, and whether it will end
+					// with a confirmation.
+					meta[metaFlow] = map[string]any{"interactive": true, "confirm": confirm}
+				}
+				if len(meta) > 0 {
+					m[b2i(userOnly)][b2i(flow)][b2i(confirm)] = meta
+				}
+			}
+		}
+	}
+	return m
+}()
+
+func toolMeta(userOnly, flow, confirm bool) mcp.Meta {
+	return sharedMeta[b2i(userOnly)][b2i(flow)][b2i(confirm)]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // boardLabel names a board for people and models: its alias, board type

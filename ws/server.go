@@ -60,6 +60,12 @@ type Server struct {
 	textIn, binaryIn, textOut                                   atomic.Int64
 }
 
+// readBufferSize is each connection's read buffer.
+const readBufferSize = 1024
+
+// writeBufferPool lends write buffers to every connection.
+var writeBufferPool = &sync.Pool{}
+
 // NewServer creates the endpoint. cfg is completed with defaults; call
 // cfg.Validate first to report mistakes to the user.
 func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
@@ -70,6 +76,12 @@ func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
 	s := &Server{cfg: cfg, hub: hub, log: logger, conns: map[*conn]struct{}{}, tokens: bearer.New(cfg.Tokens)}
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
+		// Boards send a few small JSON messages a minute: a small read
+		// buffer (larger frames still arrive whole, read in pieces), and
+		// write buffers taken from a pool only while a message is written,
+		// rather than 4 KiB each held for the life of every connection.
+		ReadBufferSize:  readBufferSize,
+		WriteBufferPool: writeBufferPool,
 		CheckOrigin: func(r *http.Request) bool {
 			o := r.Header.Get("Origin")
 			return o == "" || slices.Contains(cfg.AllowedOrigins, o)
