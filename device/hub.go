@@ -159,7 +159,7 @@ func (h *Hub) Attach(link Link, id Identity) (*Session, error) {
 	s := &Session{
 		hub:   h,
 		link:  link,
-		log:   h.log.With(zap.String("device_id", id.DeviceID), zap.String("transport", id.Transport)),
+		log:   h.log.WithLazy(zap.String("device_id", id.DeviceID), zap.String("transport", id.Transport)),
 		info:  Info{Identity: id, State: StateConnected, ConnectedAt: time.Now(), Generation: h.gen},
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),

@@ -62,7 +62,7 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		board:    b,
 		topic:    g.down.Topic(b.Key),
 		advHost:  advHost,
-		log:      g.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
+		log:      g.log.WithLazy(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
 		attached: time.Now(),
 		LinkBase: device.NewLinkBase(recvQueue),
 		inbox:    make(chan []byte, g.cfg.InboxSize),

@@ -107,7 +107,7 @@ func (s *Server) Stats() Stats {
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	deviceID := r.Header.Get("Device-Id")
-	log := s.log.With(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	log := s.log.WithLazy(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
 	if !s.authorized(deviceID, r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
 		log.Warn("rejected device: missing or invalid token")
