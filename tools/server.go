@@ -289,12 +289,44 @@ func (s *Server) Run(ctx context.Context) {
 		select {
 		case <-sub.C():
 			sub.Next() // the snapshot below is the truth; events only wake us
+			start := time.Now()
 			s.Sync()
+			// A sync costs time in proportion to the fleet. Under a burst
+			// (thousands of boards connecting, or coming back after a
+			// restart) leave as long again before the next one: events pile
+			// up and are taken together, syncing takes at most about half a
+			// core, and clients get one list_changed per sync, not per board.
+			if d := time.Since(start); d > syncPauseFrom {
+				if !sleepCtx(ctx, s.ctx, min(d, maxSyncPause)) {
+					return
+				}
+			}
 		case <-ctx.Done():
 			return
 		case <-s.ctx.Done():
 			return
 		}
+	}
+}
+
+// Syncs that take longer than syncPauseFrom are followed by a pause as
+// long as they took, up to maxSyncPause (Run).
+const (
+	syncPauseFrom = 2 * time.Millisecond
+	maxSyncPause  = 250 * time.Millisecond
+)
+
+// sleepCtx waits for d; false if a or b ended first.
+func sleepCtx(a, b context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-a.Done():
+		return false
+	case <-b.Done():
+		return false
 	}
 }
 
