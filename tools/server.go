@@ -290,16 +290,24 @@ func (s *Server) Run(ctx context.Context) {
 		case <-sub.C():
 			sub.Next() // the snapshot below is the truth; events only wake us
 			start := time.Now()
-			s.Sync()
+			changed := s.sync()
 			// A sync costs time in proportion to the fleet. Under a burst
 			// (thousands of boards connecting, or coming back after a
 			// restart) leave as long again before the next one: events pile
 			// up and are taken together, syncing takes at most about half a
-			// core, and clients get one list_changed per sync, not per board.
-			if d := time.Since(start); d > syncPauseFrom {
-				if !sleepCtx(ctx, s.ctx, min(d, maxSyncPause)) {
-					return
-				}
+			// core. After a sync that changed the tools, wait at least
+			// minChangeGap: clients get at most a few list_changed per
+			// second, not one per board.
+			d := time.Since(start)
+			pause := time.Duration(0)
+			if d > syncPauseFrom {
+				pause = min(d, maxSyncPause)
+			}
+			if changed {
+				pause = max(pause, minChangeGap)
+			}
+			if pause > 0 && !sleepCtx(ctx, s.ctx, pause) {
+				return
 			}
 		case <-ctx.Done():
 			return
@@ -311,9 +319,12 @@ func (s *Server) Run(ctx context.Context) {
 
 // Syncs that take longer than syncPauseFrom are followed by a pause as
 // long as they took, up to maxSyncPause (Run).
+// A sync that changed the published tools is followed by at least
+// minChangeGap.
 const (
 	syncPauseFrom = 2 * time.Millisecond
 	maxSyncPause  = 250 * time.Millisecond
+	minChangeGap  = 100 * time.Millisecond
 )
 
 // sleepCtx waits for d; false if a or b ended first.
@@ -348,7 +359,10 @@ func (s *Server) Close() {
 
 // Sync recomputes the upstream catalogue from the Hub now and updates the
 // published tools (clients are told through list_changed).
-func (s *Server) Sync() {
+func (s *Server) Sync() { s.sync() }
+
+// sync is Sync; it reports whether the published tools changed.
+func (s *Server) sync() bool {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	infos := s.hub.Devices()
@@ -376,7 +390,7 @@ func (s *Server) Sync() {
 		}
 	}
 	if s.opts.Compact || (len(removed) == 0 && len(added) == 0) {
-		return
+		return false
 	}
 	s.bury(old, removed)
 	sort.Strings(removed)
@@ -389,6 +403,7 @@ func (s *Server) Sync() {
 	}
 	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
 		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
+	return true
 }
 
 // Published reports whether the tools served upstream show the board
