@@ -297,6 +297,11 @@ func (s *Session) initialize() bool {
 	s.info.State = StateInitializing
 	s.mu.Unlock()
 
+	select {
+	case s.hub.inits <- struct{}{}:
+	case <-s.link.Done():
+		return false // the board left while waiting its turn; finish reports why
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.InitTimeout)
 	defer cancel()
 	start := time.Now()
@@ -305,6 +310,7 @@ func (s *Session) initialize() bool {
 	if err == nil {
 		tools, err = client.ListTools(ctx)
 	}
+	<-s.hub.inits
 	if err != nil {
 		select {
 		case <-s.link.Done():
