@@ -145,13 +145,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = wsConn.Close()
 		return
 	}
-	readDone := make(chan struct{})
-	go func() { defer s.wg.Done(); c.readLoop(); close(readDone) }()
+	// The writing side: pings from a timer, a writer goroutine only while
+	// messages wait (conn.kick), and on close the close frame and the
+	// socket's close, which ends readLoop.
+	c.startPings(s.wg.Done)
 	go func() {
 		defer s.wg.Done()
-		c.writeLoop() // closes the socket on its way out, which ends readLoop
-		<-readDone
-		s.untrack(c) // both loops are done: the counters are final
+		c.readLoop()
+		<-c.sockClosed
+		s.untrack(c) // both sides are done: the counters are final
 	}()
 
 	id := device.Identity{
