@@ -40,6 +40,7 @@ cpu_secs=${CPU_SECS:-10}
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 bpid=""; spid=""
 cleanup() {
+  set +e
   [[ -n $spid ]] && kill "$spid" 2>/dev/null
   [[ -n $bpid ]] && kill "$bpid" 2>/dev/null
   sleep 2
