@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,8 @@ type conn struct {
 	// none while nothing waits to be sent (an idle board costs no
 	// goroutine for writing).
 	writing atomic.Bool
+	// wmu is held while a data message is taken from outbound and written.
+	wmu sync.Mutex
 	// pinger sends the next ping.
 	pinger *time.Timer
 	// sockClosed is closed once the close frame is out and the socket
@@ -113,31 +116,47 @@ func (c *conn) kick() {
 }
 
 // drain is the connection's only writer of data messages while it runs:
-// it writes what Send queued and ends when the queue is empty.
+// it writes what Send queued and ends when the queue is empty. wmu is held
+// from taking a message to having written it, so the close path (which
+// flushes what is left under wmu) never reorders messages.
 func (c *conn) drain() {
 	for {
-		select {
-		case <-c.done:
-			c.writing.Store(false)
-			return
-		default:
-		}
+		c.wmu.Lock()
 		select {
 		case msg := <-c.outbound:
 			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-			if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+			err := c.ws.WriteMessage(websocket.TextMessage, msg)
+			c.wmu.Unlock()
+			if err != nil {
 				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("write failed: %w", err)))
 				c.writing.Store(false)
 				return
 			}
 			c.textOut.Add(1)
 		default:
+			c.wmu.Unlock()
 			c.writing.Store(false)
 			// A Send that queued after the check above saw a writer
 			// still running and started none: take its message.
 			if len(c.outbound) == 0 || !c.writing.CompareAndSwap(false, true) {
 				return
 			}
+		}
+	}
+}
+
+// flush writes what is still queued, within deadline; wmu is held.
+func (c *conn) flush(deadline time.Time) {
+	_ = c.ws.SetWriteDeadline(deadline)
+	for {
+		select {
+		case msg := <-c.outbound:
+			if c.ws.WriteMessage(websocket.TextMessage, msg) != nil {
+				return
+			}
+			c.textOut.Add(1)
+		default:
+			return
 		}
 	}
 }
@@ -150,9 +169,21 @@ func (c *conn) startPings(done func()) {
 	c.pinger = time.AfterFunc(c.cfg.PingInterval, c.ping)
 	c.AfterClose(func() {
 		c.pinger.Stop()
+		// Messages Send accepted before the close (a server hello, say)
+		// go out before the close frame.
+		deadline := time.Now().Add(time.Second)
+		if !c.wmu.TryLock() {
+			// A write in progress to a board that stopped reading ends
+			// within the same second (net.Conn deadlines may be set
+			// alongside a write).
+			_ = c.ws.NetConn().SetWriteDeadline(deadline)
+			c.wmu.Lock()
+		}
+		c.flush(deadline)
 		frame := websocket.FormatCloseMessage(closeCode(c.Err()), closeText(c.Err()))
-		_ = c.ws.WriteControl(websocket.CloseMessage, frame, time.Now().Add(time.Second))
-		_ = c.ws.Close() // ends readLoop, and any write in progress
+		_ = c.ws.WriteControl(websocket.CloseMessage, frame, deadline)
+		_ = c.ws.Close() // ends readLoop
+		c.wmu.Unlock()
 		close(c.sockClosed)
 		done()
 	})
