@@ -46,7 +46,17 @@ type HubConfig struct {
 	// MaxProbes bounds keepalive probes in flight across all sessions (see
 	// KeepaliveLink); 0 means DefaultMaxProbes.
 	MaxProbes int
+	// MaxInitializing bounds boards exchanging initialize and tools/list
+	// at once; others wait their turn (their InitTimeout starts with it).
+	// It keeps a burst of thousands of boards (a restart, a power cut)
+	// from flooding the transport with replies all at once: the MQTT
+	// gateway's queue at the broker, in particular. 0 means
+	// DefaultMaxInitializing.
+	MaxInitializing int
 }
+
+// DefaultMaxInitializing is HubConfig.MaxInitializing's default.
+const DefaultMaxInitializing = 64
 
 // FlapPolicy: when a live session is replaced more than Limit times within
 // Window, the next newcomers with that device id are refused for Backoff
@@ -97,6 +107,8 @@ type Hub struct {
 	probes chan struct{}
 	// remote is the rest of the fleet (see SetRemote); nil for one node.
 	remote atomic.Pointer[remoteBox]
+	// inits holds one token per board initializing (MaxInitializing).
+	inits chan struct{}
 
 	// draining ends when Drain is called: calls in flight are answered
 	// with ErrShutdown and new ones refused.
@@ -125,11 +137,13 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 	cfg.Flapping.Window = cmp.Or(cfg.Flapping.Window, DefaultFlapWindow)
 	cfg.Flapping.Backoff = cmp.Or(cfg.Flapping.Backoff, DefaultFlapBackoff)
 	cfg.MaxProbes = cmp.Or(max(cfg.MaxProbes, 0), DefaultMaxProbes)
+	cfg.MaxInitializing = cmp.Or(max(cfg.MaxInitializing, 0), DefaultMaxInitializing)
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	h := &Hub{cfg: cfg, log: logger, sessions: map[string]*Session{}, subs: map[*Subscription]struct{}{},
-		flaps: map[string]*flapState{}, probes: make(chan struct{}, cfg.MaxProbes)}
+		flaps: map[string]*flapState{}, probes: make(chan struct{}, cfg.MaxProbes),
+		inits: make(chan struct{}, cfg.MaxInitializing)}
 	h.draining, h.drain = context.WithCancelCause(context.Background())
 	return h
 }
@@ -161,7 +175,7 @@ func (h *Hub) Attach(link Link, id Identity) (*Session, error) {
 	s := &Session{
 		hub:   h,
 		link:  link,
-		log:   h.log.With(zap.String("device_id", id.DeviceID), zap.String("transport", id.Transport)),
+		log:   h.log.WithLazy(zap.String("device_id", id.DeviceID), zap.String("transport", id.Transport)),
 		info:  Info{Identity: id, State: StateConnected, ConnectedAt: time.Now(), Generation: h.gen},
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),

@@ -16,6 +16,8 @@ type LinkBase struct {
 	once    sync.Once
 	mu      sync.Mutex
 	reason  error
+	// afterClose run once the link has closed (AfterClose).
+	afterClose []func()
 }
 
 // NewLinkBase returns a LinkBase whose inbound queue holds queue messages.
@@ -70,9 +72,28 @@ func (b *LinkBase) Close(reason error) {
 		}
 		b.mu.Lock()
 		b.reason = reason
+		after := b.afterClose
+		b.afterClose = nil
 		b.mu.Unlock()
 		close(b.done)
+		for _, f := range after {
+			go f()
+		}
 	})
+}
+
+// AfterClose arranges for f to run in its own goroutine once the link has
+// closed (at once if it has). It lets the owner of a link wait for the
+// close without a goroutine parked on Done for the life of the link.
+func (b *LinkBase) AfterClose(f func()) {
+	b.mu.Lock()
+	if b.reason == nil {
+		b.afterClose = append(b.afterClose, f)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	go f()
 }
 
 // Done is closed once the link has closed.

@@ -240,19 +240,30 @@ func toolsEqual(a, b []Tool) bool {
 
 // run owns the session from attach to close. The Hub waits for it.
 func (s *Session) run() {
-	defer s.hub.wg.Done()
 	s.log.Info("device connected", zap.String("remote", s.info.RemoteAddr), zap.Bool("mcp", s.info.HasMCP))
-	if s.info.HasMCP {
-		stopKeepalive := func() {}
-		if s.initialize() {
-			stopKeepalive = s.startKeepalive()
-		}
-		<-s.link.Done()
-		stopKeepalive() // before finish: no probe outlives the session
-	} else {
+	if !s.info.HasMCP {
 		s.discard()
+		s.finish()
+		s.hub.wg.Done()
+		return
 	}
-	s.finish()
+	stopKeepalive := func() {}
+	if s.initialize() {
+		stopKeepalive = s.startKeepalive()
+	}
+	end := func() {
+		stopKeepalive() // before finish: no probe outlives the session
+		s.finish()
+		s.hub.wg.Done()
+	}
+	// An idle board costs no goroutine here: links that can call back on
+	// close (every transport's, through LinkBase) end the session then.
+	if l, ok := s.link.(interface{ AfterClose(func()) }); ok {
+		l.AfterClose(end)
+		return
+	}
+	<-s.link.Done()
+	end()
 }
 
 // discard reads a board without MCP until its link closes. Its messages
@@ -286,6 +297,11 @@ func (s *Session) initialize() bool {
 	s.info.State = StateInitializing
 	s.mu.Unlock()
 
+	select {
+	case s.hub.inits <- struct{}{}:
+	case <-s.link.Done():
+		return false // the board left while waiting its turn; finish reports why
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.InitTimeout)
 	defer cancel()
 	start := time.Now()
@@ -294,6 +310,7 @@ func (s *Session) initialize() bool {
 	if err == nil {
 		tools, err = client.ListTools(ctx)
 	}
+	<-s.hub.inits
 	if err != nil {
 		select {
 		case <-s.link.Done():

@@ -192,7 +192,7 @@ func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
 				continue
 			}
 			seenTool[t.Name] = true
-			tools = append(tools, t)
+			tools = append(tools, intern(t))
 		}
 		if len(tools) > c.opts.MaxTools {
 			return nil, fmt.Errorf("%w (%d tools)", ErrTooManyTools, c.opts.MaxTools)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unique"
+	"unsafe"
 )
 
 // ProtocolVersion is what the bridge asks for; boards ignore it and answer
@@ -127,4 +129,30 @@ type listToolsResult struct {
 type callParams struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
+}
+
+// toolKey is a tool as a comparable value, for interning.
+type toolKey struct{ name, description, inputSchema, annotations string }
+
+// intern returns t with its strings and raw JSON replaced by canonical
+// copies shared by every board that lists a byte-identical tool: boards of
+// one model send the same tool list, and a fleet of thousands would
+// otherwise keep thousands of copies of it. The canonical copies live as
+// long as some tool refers to them. The raw JSON slices alias immutable
+// memory: treat them as read-only, as every user of a Tool already does.
+func intern(t Tool) Tool {
+	k := unique.Make(toolKey{t.Name, t.Description, string(t.InputSchema), string(t.Annotations)}).Value()
+	return Tool{Name: k.name, Description: k.description, InputSchema: rawOf(k.inputSchema, t.InputSchema),
+		Annotations: rawOf(k.annotations, t.Annotations)}
+}
+
+// rawOf views the canonical string s as raw JSON, keeping nil as nil.
+func rawOf(s string, orig json.RawMessage) json.RawMessage {
+	if orig == nil {
+		return nil
+	}
+	if s == "" {
+		return json.RawMessage{}
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

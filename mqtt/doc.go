@@ -35,7 +35,7 @@
 // # Failure handling
 //
 // paho's callbacks only record and hand off; every board has a bounded
-// inbox and its own goroutine. When the broker connection drops, every
+// inbox, drained by a goroutine of its own while messages wait. When the broker connection drops, every
 // board's link closes at once (pending calls fail instead of hanging);
 // after the reconnect the gateway re-subscribes and re-initializes the
 // boards it lost. Without a presence source, links opt in to the device

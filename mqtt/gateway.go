@@ -378,7 +378,7 @@ func (g *Gateway) attach(b Board, why string) *link {
 	g.links[b.DeviceID] = l
 	g.wg.Add(1)
 	g.mu.Unlock()
-	go l.run()
+	l.start()
 	if old != nil {
 		old.Close(device.Closing(device.CauseReplaced, ErrBoardReconnected))
 	}

@@ -23,8 +23,8 @@ const goodbyeTimeout = 2 * time.Second
 // link is one board as the MQTT gateway sees it; it implements device.Link.
 //
 // Uplink messages arrive from paho's callback into inbox (never blocking:
-// a full inbox drops and counts). The link's own goroutine (run) decodes
-// them, answers hello and goodbye, and hands MCP messages to the session
+// a full inbox drops and counts). A goroutine started while messages wait
+// (kick, drain) decodes them, answers hello and goodbye, and hands MCP messages to the session
 // through the LinkBase queue. Downlink messages are published straight
 // through paho, whose client has a single writer of its own.
 type link struct {
@@ -42,7 +42,11 @@ type link struct {
 	sid atomic.Pointer[string] // session id stamped on outgoing messages
 
 	inbox chan []byte
-	gone  chan struct{} // closed once run has finished and left the gateway
+	gone  chan struct{} // closed once the link has finished and left the gateway
+	// draining is set while a goroutine drains inbox (kick); handleMu is
+	// held while it handles a message.
+	draining atomic.Bool
+	handleMu sync.Mutex
 
 	audioMu sync.Mutex
 	audio   *audioSession
@@ -62,7 +66,7 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		board:    b,
 		topic:    g.down.Topic(b.Key),
 		advHost:  advHost,
-		log:      g.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
+		log:      g.log.WithLazy(zap.String("device_id", b.DeviceID), zap.String("transport", TransportName)),
 		attached: time.Now(),
 		LinkBase: device.NewLinkBase(recvQueue),
 		inbox:    make(chan []byte, g.cfg.InboxSize),
@@ -92,7 +96,7 @@ func (l *link) Keepalive() device.KeepalivePolicy { return l.g.keepalive() }
 // LastHeard is when the board last published anything, MCP or not.
 func (l *link) LastHeard() time.Time { return time.Unix(0, l.lastHeard.Load()) }
 
-// finished is closed once the link's goroutine has wound everything up.
+// finished is closed once the link has wound everything up.
 func (l *link) finished() <-chan struct{} { return l.gone }
 
 func (l *link) setSession(s *device.Session) { l.session.Store(s) }
@@ -103,16 +107,48 @@ func (l *link) ready() bool {
 	return s != nil && s.Info().State == device.StateReady
 }
 
-// run is the link's only consumer of inbox. The gateway waits for it.
-func (l *link) run() {
-	defer l.g.wg.Done()
-	defer l.finish()
+// start arranges the link's end: once it closes, finish runs (after any
+// message being handled) and the gateway stops waiting for it.
+func (l *link) start() {
+	l.AfterClose(func() {
+		// After the message in hand, if any; a drain that takes handleMu
+		// after this sees the link closed.
+		l.handleMu.Lock()
+		l.finish()
+		l.handleMu.Unlock()
+		l.g.wg.Done()
+	})
+}
+
+// kick starts a goroutine to drain inbox unless one is running: an idle
+// board costs no goroutine.
+func (l *link) kick() {
+	if l.draining.CompareAndSwap(false, true) {
+		go l.drain()
+	}
+}
+
+// drain is the only consumer of inbox while it runs; it ends when inbox
+// is empty or the link has closed.
+func (l *link) drain() {
 	for {
 		select {
 		case msg := <-l.inbox:
+			l.handleMu.Lock()
+			if l.Closed() {
+				l.handleMu.Unlock()
+				l.draining.Store(false)
+				return
+			}
 			l.handle(msg)
-		case <-l.Done():
-			return
+			l.handleMu.Unlock()
+		default:
+			l.draining.Store(false)
+			// A deliver that queued after the check above saw a drain
+			// still running and started none: take its message.
+			if len(l.inbox) == 0 || !l.draining.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}
 }

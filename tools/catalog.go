@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -27,8 +28,9 @@ type entry struct {
 	// it was).
 	schemaErr error
 	mcpTool   *mcp.Tool
-	// fingerprint changes whenever what a client sees of the tool changes.
-	fingerprint string
+	// fingerprint changes whenever what a client sees of the tool changes
+	// (a digest of the published tool).
+	fingerprint [sha256.Size]byte
 }
 
 // deviceView is one board as the catalogue shows it.
@@ -49,10 +51,36 @@ type catalog struct {
 	devices  []*deviceView // sorted by device id, as the Hub lists them
 	byDevice map[string]*deviceView
 	byName   map[string]*entry
+	// schemas holds one parsed schema per distinct raw input schema:
+	// boards of one model send byte-identical tool lists, so their tools
+	// share one parse and one published copy.
+	schemas map[string]parsedSchema
+}
+
+type parsedSchema struct {
+	schema *argcheck.Schema
+	err    error
 }
 
 func emptyCatalog() *catalog {
-	return &catalog{byDevice: map[string]*deviceView{}, byName: map[string]*entry{}}
+	return &catalog{byDevice: map[string]*deviceView{}, byName: map[string]*entry{}, schemas: map[string]parsedSchema{}}
+}
+
+// parse returns the parsed form of raw, shared with every tool of this
+// catalogue (and of prev) that has the same schema.
+func (c *catalog) parse(raw json.RawMessage, prev *catalog) (*argcheck.Schema, error) {
+	if p, ok := c.schemas[string(raw)]; ok {
+		return p.schema, p.err
+	}
+	p, ok := parsedSchema{}, false
+	if prev != nil {
+		p, ok = prev.schemas[string(raw)]
+	}
+	if !ok {
+		p.schema, p.err = argcheck.Parse(raw)
+	}
+	c.schemas[string(raw)] = p
+	return p.schema, p.err
 }
 
 // catalogOptions are the parts of Options the catalogue depends on.
@@ -63,6 +91,10 @@ type catalogOptions struct {
 	flow bool
 	// confirm decides which board tools need confirmation; nil: none.
 	confirm func(device.Tool) bool
+	// prev, when set, is the catalogue this one replaces: entries whose
+	// board and tool did not change are carried over rather than rebuilt,
+	// and parsed schemas are shared.
+	prev *catalog
 }
 
 // buildCatalog computes the upstream view from the Hub's devices. Boards
@@ -109,7 +141,11 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 				continue // a board listing a tool twice: keep the first
 			}
 			seen[t.Name] = true
-			e := newEntry(names.Names[toolRef{id, t.Name}], v, t, opts)
+			name := names.Names[toolRef{id, t.Name}]
+			e := reuseEntry(opts.prev, name, v, t, opts)
+			if e == nil {
+				e = newEntry(c, name, v, t, opts)
+			}
 			v.tools = append(v.tools, e)
 			c.byName[e.name] = e
 		}
@@ -117,34 +153,80 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 	return c
 }
 
-func newEntry(name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
+// reuseEntry returns prev's entry for name when it describes the same
+// board tool in the same words (so it publishes the same tool), else nil.
+func reuseEntry(prev *catalog, name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
+	if prev == nil {
+		return nil
+	}
+	o, ok := prev.byName[name]
+	if !ok || o.deviceID != v.info.DeviceID || o.alias != v.alias || o.board != v.info.Board || !sameTool(o.tool, t) {
+		return nil
+	}
+	if o.confirm != (opts.flow && opts.confirm != nil && opts.confirm(t)) {
+		return nil
+	}
+	return o
+}
+
+func sameTool(a, b device.Tool) bool {
+	return a.Name == b.Name && a.Description == b.Description &&
+		string(a.InputSchema) == string(b.InputSchema) && string(a.Annotations) == string(b.Annotations)
+}
+
+func newEntry(c *catalog, name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
 	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly()}
 	e.confirm = opts.flow && opts.confirm != nil && opts.confirm(t)
-	e.schema, e.schemaErr = argcheck.Parse(t.InputSchema)
+	e.schema, e.schemaErr = c.parse(t.InputSchema, opts.prev)
 	e.mcpTool = &mcp.Tool{
 		Name:        name,
 		Title:       fmt.Sprintf("%s on %s", strings.TrimPrefix(t.Name, "self."), v.alias),
 		Description: toolDescription(v, t, e.confirm),
 		InputSchema: e.schema.Published(),
 	}
-	meta := mcp.Meta{}
-	if e.userOnly {
-		// The board marks it as the user's; hosts that show tools to people
-		// can tell from the description, and the model is told to wait for
-		// an explicit request.
-		meta["devicebridge/audience"] = []string{"user"}
-	}
-	if opts.flow {
-		// Flow-aware clients learn from the listing that interaction.start
-		// takes this tool, and whether it will end with a confirmation.
-		meta[metaFlow] = map[string]any{"interactive": true, "confirm": e.confirm}
-	}
-	if len(meta) > 0 {
-		e.mcpTool.Meta = meta
-	}
+	e.mcpTool.Meta = toolMeta(e.userOnly, opts.flow, e.confirm)
 	fp, _ := json.Marshal(e.mcpTool)
-	e.fingerprint = string(fp)
+	e.fingerprint = sha256.Sum256(fp)
 	return e
+}
+
+// sharedMeta holds the few distinct _meta objects tools carry, built once:
+// every tool of every board shares one of them. They are never modified.
+var sharedMeta = func() (m [2][2][2]mcp.Meta) {
+	for _, userOnly := range []bool{false, true} {
+		for _, flow := range []bool{false, true} {
+			for _, confirm := range []bool{false, true} {
+				meta := mcp.Meta{}
+				if userOnly {
+					// The board marks it as the user's; hosts that show tools to
+					// people can tell from the description, and the model is told
+					// to wait for an explicit request.
+					meta["devicebridge/audience"] = []string{"user"}
+				}
+				if flow {
+					// Flow-aware clients learn from the listing that
+					// interaction.start takes this tool, and whether it will end
+					// with a confirmation.
+					meta[metaFlow] = map[string]any{"interactive": true, "confirm": confirm}
+				}
+				if len(meta) > 0 {
+					m[b2i(userOnly)][b2i(flow)][b2i(confirm)] = meta
+				}
+			}
+		}
+	}
+	return m
+}()
+
+func toolMeta(userOnly, flow, confirm bool) mcp.Meta {
+	return sharedMeta[b2i(userOnly)][b2i(flow)][b2i(confirm)]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // boardLabel names a board for people and models: its alias, board type
@@ -184,7 +266,7 @@ func diff(old, cur *catalog) (removed []string, added []*entry) {
 		}
 	}
 	for name, e := range cur.byName {
-		if o, ok := old.byName[name]; !ok || o.fingerprint != e.fingerprint || o.deviceID != e.deviceID || o.tool.Name != e.tool.Name {
+		if o, ok := old.byName[name]; !ok || (o != e && (o.fingerprint != e.fingerprint || o.deviceID != e.deviceID || o.tool.Name != e.tool.Name)) {
 			added = append(added, e)
 		}
 	}

@@ -292,12 +292,55 @@ func (s *Server) Run(ctx context.Context) {
 		select {
 		case <-sub.C():
 			sub.Next() // the snapshot below is the truth; events only wake us
-			s.Sync()
+			start := time.Now()
+			changed := s.sync()
+			// A sync costs time in proportion to the fleet. Under a burst
+			// (thousands of boards connecting, or coming back after a
+			// restart) leave as long again before the next one: events pile
+			// up and are taken together, syncing takes at most about half a
+			// core. After a sync that changed the tools, wait at least
+			// minChangeGap: clients get at most a few list_changed per
+			// second, not one per board.
+			d := time.Since(start)
+			pause := time.Duration(0)
+			if d > syncPauseFrom {
+				pause = min(d, maxSyncPause)
+			}
+			if changed {
+				pause = max(pause, minChangeGap)
+			}
+			if pause > 0 && !sleepCtx(ctx, s.ctx, pause) {
+				return
+			}
 		case <-ctx.Done():
 			return
 		case <-s.ctx.Done():
 			return
 		}
+	}
+}
+
+// Syncs that take longer than syncPauseFrom are followed by a pause as
+// long as they took, up to maxSyncPause (Run).
+// A sync that changed the published tools is followed by at least
+// minChangeGap.
+const (
+	syncPauseFrom = 2 * time.Millisecond
+	maxSyncPause  = 250 * time.Millisecond
+	minChangeGap  = 100 * time.Millisecond
+)
+
+// sleepCtx waits for d; false if a or b ended first.
+func sleepCtx(a, b context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-a.Done():
+		return false
+	case <-b.Done():
+		return false
 	}
 }
 
@@ -319,7 +362,10 @@ func (s *Server) Close() {
 
 // Sync recomputes the upstream catalogue from the Hub now and updates the
 // published tools (clients are told through list_changed).
-func (s *Server) Sync() {
+func (s *Server) Sync() { s.sync() }
+
+// sync is Sync; it reports whether the published tools changed.
+func (s *Server) sync() bool {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	infos := s.hub.Devices()
@@ -335,9 +381,10 @@ func (s *Server) Sync() {
 			delete(s.remembered, id)
 		}
 	}
+	old := s.cat.Load()
 	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools,
-		flow: s.flow != nil, confirm: s.needsConfirm})
-	old := s.cat.Swap(cur)
+		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
+	s.cat.Store(cur)
 	removed, added := diff(old, cur)
 	for _, e := range added {
 		if e.schemaErr != nil {
@@ -346,7 +393,7 @@ func (s *Server) Sync() {
 		}
 	}
 	if s.opts.Compact || (len(removed) == 0 && len(added) == 0) {
-		return
+		return false
 	}
 	s.bury(old, removed)
 	sort.Strings(removed)
@@ -359,6 +406,7 @@ func (s *Server) Sync() {
 	}
 	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
 		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
+	return true
 }
 
 // Published reports whether the tools served upstream show the board

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,18 @@ type conn struct {
 	outbound chan []byte
 	done     <-chan struct{}
 
+	// writing is set while a writer goroutine drains outbound; there is
+	// none while nothing waits to be sent (an idle board costs no
+	// goroutine for writing).
+	writing atomic.Bool
+	// wmu is held while a data message is taken from outbound and written.
+	wmu sync.Mutex
+	// pinger sends the next ping.
+	pinger *time.Timer
+	// sockClosed is closed once the close frame is out and the socket
+	// closed (shutdown).
+	sockClosed chan struct{}
+
 	textIn, binaryIn, textOut atomic.Int64
 }
 
@@ -39,12 +52,13 @@ var _ device.Link = (*conn)(nil)
 func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
 	base := device.NewLinkBase(inboundQueue)
 	return &conn{
-		ws:       ws,
-		cfg:      cfg,
-		log:      log,
-		LinkBase: base,
-		outbound: make(chan []byte, cfg.SendQueue),
-		done:     base.Done(),
+		ws:         ws,
+		cfg:        cfg,
+		log:        log,
+		LinkBase:   base,
+		outbound:   make(chan []byte, cfg.SendQueue),
+		done:       base.Done(),
+		sockClosed: make(chan struct{}),
 	}
 }
 
@@ -58,6 +72,7 @@ func (c *conn) Send(ctx context.Context, msg []byte) error {
 	}
 	select {
 	case c.outbound <- msg:
+		c.kick()
 		return nil
 	case <-c.done:
 		return c.ClosedErr()
@@ -93,32 +108,96 @@ func (c *conn) readLoop() {
 	}
 }
 
-// writeLoop is the connection's only writer; it also sends pings and, on
-// close, a close frame carrying the reason before dropping the socket.
-func (c *conn) writeLoop() {
-	ping := time.NewTicker(c.cfg.PingInterval)
-	defer ping.Stop()
-	defer c.ws.Close()
+// kick starts a writer goroutine unless one is running.
+func (c *conn) kick() {
+	if c.writing.CompareAndSwap(false, true) {
+		go c.drain()
+	}
+}
+
+// drain is the connection's only writer of data messages while it runs:
+// it writes what Send queued and ends when the queue is empty. wmu is held
+// from taking a message to having written it, so the close path (which
+// flushes what is left under wmu) never reorders messages.
+func (c *conn) drain() {
 	for {
+		c.wmu.Lock()
 		select {
 		case msg := <-c.outbound:
 			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-			if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+			err := c.ws.WriteMessage(websocket.TextMessage, msg)
+			c.wmu.Unlock()
+			if err != nil {
 				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("write failed: %w", err)))
+				c.writing.Store(false)
 				return
 			}
 			c.textOut.Add(1)
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteTimeout)); err != nil {
-				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("ping failed: %w", err)))
+		default:
+			c.wmu.Unlock()
+			c.writing.Store(false)
+			// A Send that queued after the check above saw a writer
+			// still running and started none: take its message.
+			if len(c.outbound) == 0 || !c.writing.CompareAndSwap(false, true) {
 				return
 			}
-		case <-c.done:
-			frame := websocket.FormatCloseMessage(closeCode(c.Err()), closeText(c.Err()))
-			_ = c.ws.WriteControl(websocket.CloseMessage, frame, time.Now().Add(time.Second))
+		}
+	}
+}
+
+// flush writes what is still queued, within deadline; wmu is held.
+func (c *conn) flush(deadline time.Time) {
+	_ = c.ws.SetWriteDeadline(deadline)
+	for {
+		select {
+		case msg := <-c.outbound:
+			if c.ws.WriteMessage(websocket.TextMessage, msg) != nil {
+				return
+			}
+			c.textOut.Add(1)
+		default:
 			return
 		}
 	}
+}
+
+// startPings sends a ping every PingInterval from a timer (gorilla's
+// WriteControl may run alongside a data write), and on close sends a close
+// frame carrying the reason before dropping the socket. done runs after
+// the socket is closed.
+func (c *conn) startPings(done func()) {
+	c.pinger = time.AfterFunc(c.cfg.PingInterval, c.ping)
+	c.AfterClose(func() {
+		c.pinger.Stop()
+		// Messages Send accepted before the close (a server hello, say)
+		// go out before the close frame.
+		deadline := time.Now().Add(time.Second)
+		if !c.wmu.TryLock() {
+			// A write in progress to a board that stopped reading ends
+			// within the same second (net.Conn deadlines may be set
+			// alongside a write).
+			_ = c.ws.NetConn().SetWriteDeadline(deadline)
+			c.wmu.Lock()
+		}
+		c.flush(deadline)
+		frame := websocket.FormatCloseMessage(closeCode(c.Err()), closeText(c.Err()))
+		_ = c.ws.WriteControl(websocket.CloseMessage, frame, deadline)
+		_ = c.ws.Close() // ends readLoop
+		c.wmu.Unlock()
+		close(c.sockClosed)
+		done()
+	})
+}
+
+func (c *conn) ping() {
+	if c.Closed() {
+		return
+	}
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.cfg.WriteTimeout)); err != nil {
+		c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("ping failed: %w", err)))
+		return
+	}
+	c.pinger.Reset(c.cfg.PingInterval)
 }
 
 func closeCode(reason error) int {

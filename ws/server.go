@@ -60,6 +60,12 @@ type Server struct {
 	textIn, binaryIn, textOut                                   atomic.Int64
 }
 
+// readBufferSize is each connection's read buffer.
+const readBufferSize = 1024
+
+// writeBufferPool lends write buffers to every connection.
+var writeBufferPool = &sync.Pool{}
+
 // NewServer creates the endpoint. cfg is completed with defaults; call
 // cfg.Validate first to report mistakes to the user.
 func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
@@ -70,6 +76,12 @@ func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
 	s := &Server{cfg: cfg, hub: hub, log: logger, conns: map[*conn]struct{}{}, tokens: bearer.New(cfg.Tokens)}
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
+		// Boards send a few small JSON messages a minute: a small read
+		// buffer (larger frames still arrive whole, read in pieces), and
+		// write buffers taken from a pool only while a message is written,
+		// rather than 4 KiB each held for the life of every connection.
+		ReadBufferSize:  readBufferSize,
+		WriteBufferPool: writeBufferPool,
 		CheckOrigin: func(r *http.Request) bool {
 			o := r.Header.Get("Origin")
 			return o == "" || slices.Contains(cfg.AllowedOrigins, o)
@@ -95,7 +107,7 @@ func (s *Server) Stats() Stats {
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	deviceID := r.Header.Get("Device-Id")
-	log := s.log.With(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	log := s.log.WithLazy(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
 	if !s.authorized(deviceID, r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
 		log.Warn("rejected device: missing or invalid token")
@@ -133,13 +145,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = wsConn.Close()
 		return
 	}
-	readDone := make(chan struct{})
-	go func() { defer s.wg.Done(); c.readLoop(); close(readDone) }()
+	// The writing side: pings from a timer, a writer goroutine only while
+	// messages wait (conn.kick), and on close the close frame and the
+	// socket's close, which ends readLoop.
+	c.startPings(s.wg.Done)
 	go func() {
 		defer s.wg.Done()
-		c.writeLoop() // closes the socket on its way out, which ends readLoop
-		<-readDone
-		s.untrack(c) // both loops are done: the counters are final
+		c.readLoop()
+		<-c.sockClosed
+		s.untrack(c) // both sides are done: the counters are final
 	}()
 
 	id := device.Identity{

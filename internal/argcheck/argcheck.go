@@ -60,6 +60,19 @@ type Schema struct {
 	// form an object.
 	unchecked bool
 	err       error
+	// wholeCheck: the schema says something about the object as a whole
+	// that the checks of each argument do not cover (allOf, $defs, a
+	// schema for additional properties, ...), so Validate also runs
+	// jsonschema-go on the whole object. Without it that run would only
+	// repeat the per-argument verdicts.
+	wholeCheck bool
+}
+
+// perArgumentKeywords are the object-level keywords the per-argument
+// checks cover completely (with additionalProperties a boolean).
+var perArgumentKeywords = map[string]bool{
+	"type": true, "properties": true, "required": true, "additionalProperties": true,
+	"title": true, "description": true, "$schema": true, "$comment": true, "examples": true,
 }
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
@@ -128,6 +141,19 @@ func Parse(raw json.RawMessage) (s *Schema, err error) {
 			s.add(p)
 		}
 		p.Required = true
+	}
+	for k, v := range top {
+		if !perArgumentKeywords[k] {
+			s.wholeCheck = true
+		}
+		if b := string(bytes.TrimSpace(v)); k == "additionalProperties" && b != "true" && b != "false" {
+			s.wholeCheck = true
+		}
+	}
+	for _, p := range s.props {
+		if p.resolved == nil {
+			s.wholeCheck = true // only the whole-object run checks it
+		}
 	}
 	if repaired {
 		s.published, _ = json.Marshal(top)
@@ -288,6 +314,9 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 		}
 	}
 	if len(problems) == 0 {
+		if !s.wholeCheck {
+			return args, nil
+		}
 		pr := s.CheckObject(given)
 		if pr == nil {
 			return args, nil

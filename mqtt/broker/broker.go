@@ -142,6 +142,9 @@ func New(cfg Config, logger *zap.Logger) (*Broker, error) {
 	return b, nil
 }
 
+// clientNetBufferSize is each client's socket read and write buffer.
+const clientNetBufferSize = 512
+
 // Start binds the board listener and a loopback listener for the bridge's
 // gateway, and starts serving. A taken port comes back as an error that
 // matches both ErrListen and syscall.EADDRINUSE.
@@ -157,6 +160,11 @@ func (b *Broker) Start() error {
 		Logger:       newSlog(b.log.Named("mochi"), &b.quiet),
 		// $SYS statistics are of no use to boards; publish them rarely.
 		SysTopicResendInterval: 3600,
+		// Boards send a few small messages a minute: 512-byte socket
+		// buffers per client rather than mochi's 2 KiB each way (larger
+		// packets still pass, read and written in pieces).
+		ClientNetReadBufferSize:  clientNetBufferSize,
+		ClientNetWriteBufferSize: clientNetBufferSize,
 	})
 	b.hook = &policy{b: b}
 	if err := b.srv.AddHook(b.hook, nil); err != nil {
