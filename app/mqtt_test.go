@@ -335,6 +335,10 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 	b.Run("mqtt-mosquitto", func(b *testing.B) {
 		mq := mosquittotest.Start(b)
 		a := externalBridge(b, mq.URL(), nil)
+		// The board's hello must find the gateway's uplink subscription.
+		wctx, wcancel := context.WithTimeout(context.Background(), mqttWait)
+		require.NoError(b, a.MQTTGateway().WaitReady(wctx))
+		wcancel()
 		sb := board(b, "02:00:00:00:b0:03")
 		c, err := sb.ConnectMQTT(context.Background(), legacyConfig(mq.URL(), sb.MAC()))
 		require.NoError(b, err)

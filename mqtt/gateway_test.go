@@ -117,6 +117,16 @@ func cmpOr(d, def time.Duration) time.Duration {
 	return def
 }
 
+// waitSubscribed waits until the gateway holds its uplink subscription on
+// a plain broker. Before that a board's first publish (its hello) reaches
+// nobody, and a board, like the firmware, does not repeat its hello.
+func (br *bridge) waitSubscribed() {
+	br.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(br.t, br.gw.WaitReady(ctx))
+}
+
 func (br *bridge) endpoint() string { return "tcp://" + br.broker.Addr().String() }
 
 func loadProfile(t testing.TB, name string) *simulator.Profile {
@@ -476,6 +486,7 @@ func legacyConfig(brokerURL, mac string) simulator.MQTTConfig {
 func TestMosquittoLegacyRoundTrip(t *testing.T) {
 	mq := mosquittotest.Start(t)
 	br := startExternal(t, mq.URL(), options{})
+	br.waitSubscribed()
 	gw := br.gw
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
@@ -542,6 +553,7 @@ func TestMosquittoLiveness(t *testing.T) {
 		// must not depend on a 300ms round trip.
 		c.Liveness = mqtt.LivenessConfig{Interval: 200 * time.Millisecond, Timeout: 2 * time.Second, Misses: 2}
 	}})
+	br.waitSubscribed()
 	gw := br.gw
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
