@@ -63,8 +63,7 @@ func startNode(t testing.TB, url, id string) *node {
 func (n *node) attach(t testing.TB, mac string, hold chan struct{}) *testlink.Link {
 	t.Helper()
 	bridge, end := testlink.Pair(64)
-	var b *testlink.Board
-	b = testlink.NewBoard(end, func(r testlink.Request) string {
+	b := testlink.NewBoard(end, func(r testlink.Request) string {
 		switch r.Method {
 		case "initialize":
 			return testlink.Result(r, `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"test-board","version":"2.4.2"}}`)
