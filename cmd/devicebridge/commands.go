@@ -160,15 +160,7 @@ type callResult struct {
 }
 
 func (c *cli) call(ctx context.Context, boardName, toolName string, pairs []string) error {
-	d, err := c.boardDetail(ctx, boardName)
-	if err != nil {
-		return err
-	}
-	t, err := findTool(d, toolName)
-	if err != nil {
-		return err
-	}
-	args, err := parseArgs(t, pairs)
+	d, t, args, err := c.resolveCall(ctx, boardName, toolName, pairs)
 	if err != nil {
 		return err
 	}

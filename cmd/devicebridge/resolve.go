@@ -111,6 +111,24 @@ func matchBoard(boards []board, name string) (board, error) {
 	return board{}, errf(exitNotFound, "no board %s%s", name, didYouMean(name, cands))
 }
 
+// resolveCall names what call and interact act on: the board, its tool,
+// and the key=value pairs typed from the tool's schema.
+func (c *cli) resolveCall(ctx context.Context, boardName, toolName string, pairs []string) (board, tool, map[string]any, error) {
+	d, err := c.boardDetail(ctx, boardName)
+	if err != nil {
+		return board{}, tool{}, nil, err
+	}
+	t, err := findTool(d, toolName)
+	if err != nil {
+		return board{}, tool{}, nil, err
+	}
+	args, err := parseArgs(t, pairs)
+	if err != nil {
+		return board{}, tool{}, nil, err
+	}
+	return d, t, args, nil
+}
+
 // findTool resolves a tool name on a board: exact, without "self.", or a
 // unique ending ("set_volume").
 func findTool(b board, name string) (tool, error) {
