@@ -62,6 +62,12 @@ func startBridge(t testing.TB, mutate func(*Config)) *App {
 	if _, bench := t.(*testing.B); !bench {
 		logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
+	return runApp(t, cfg, logger)
+}
+
+// runApp starts an App and shuts it down at cleanup, each bounded.
+func runApp(t testing.TB, cfg Config, logger *zap.Logger) *App {
+	t.Helper()
 	a, err := New(cfg, logger)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)

@@ -51,17 +51,7 @@ func startOTABridge(t *testing.T, mutate func(*Config)) otaBridge {
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	logger := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core()))
-	a, err := New(cfg, logger)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-	require.NoError(t, a.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-		defer cancel()
-		assert.NoError(t, a.Shutdown(ctx))
-	})
-	return otaBridge{App: a, logs: logs}
+	return otaBridge{App: runApp(t, cfg, logger), logs: logs}
 }
 
 // assertNoSecrets checks every log line, message and fields, for secrets.
