@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/ota"
@@ -99,6 +100,9 @@ func (a *App) startCluster(ctx context.Context) error {
 			return cluster.Endpoints{WebSocketURL: ws, MQTTEndpoint: mq}
 		}
 	}
+	if a.apiSrv != nil {
+		cc.Interactions = a.apiSrv.ServeForwardedInteraction
+	}
 	n, err := cluster.Start(ctx, cc, a.Hub, a.log.Named("cluster"))
 	if err != nil {
 		return err
@@ -150,6 +154,20 @@ func leastLoaded(n *cluster.Node, transport string) (ota.Target, bool) {
 	}
 	n.Placed(best.Node)
 	return ota.Target{Node: best.Node, WebSocketURL: best.WebSocketURL, MQTTEndpoint: best.MQTTEndpoint}, true
+}
+
+// forwardInteraction hands a control-API interaction request to the node
+// that holds the interaction (api.InteractionOptions.Forward).
+func (a *App) forwardInteraction(ctx context.Context, node string, req []byte) ([]byte, error) {
+	n := a.Cluster()
+	if n == nil {
+		return nil, fmt.Errorf("%w: this bridge is not in a fleet", api.ErrHolderGone)
+	}
+	data, err := n.ForwardInteraction(ctx, node, req)
+	if errors.Is(err, cluster.ErrNodeGone) {
+		return nil, fmt.Errorf("%w: %v", api.ErrHolderGone, err)
+	}
+	return data, err
 }
 
 // Cluster returns the fleet node, or nil when the bridge runs alone.

@@ -52,6 +52,11 @@ type Config struct {
 	// heartbeat carries it, so that another node's OTA answer can send a
 	// board here (Nodes).
 	Advertise func() Endpoints
+	// Interactions, when set, serves the requests other nodes forward to
+	// the control-API interactions this node holds, on
+	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
+	// request body and returns the reply body.
+	Interactions func(ctx context.Context, req []byte) []byte
 }
 
 // Endpoints are a node's public device endpoints, as a board dials them.
