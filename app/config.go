@@ -150,6 +150,9 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.OTA.Enabled && c.OTA.Balance != "" && c.Cluster.NATSURL == "" {
+		errs = append(errs, fmt.Errorf("ota.balance %q spreads boards over a fleet: set cluster.nats_url (--nats) too, or leave ota.balance empty", c.OTA.Balance))
+	}
 	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
 	return errors.Join(errs...)
 }

@@ -48,6 +48,24 @@ type Config struct {
 	// (default 5 minutes): the holder still applies the board's own call
 	// timeouts.
 	RemoteCallLimit time.Duration
+	// Advertise, when set, says where boards reach this node; every
+	// heartbeat carries it, so that another node's OTA answer can send a
+	// board here (Nodes).
+	Advertise func() Endpoints
+	// Interactions, when set, serves the requests other nodes forward to
+	// the control-API interactions this node holds, on
+	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
+	// request body and returns the reply body.
+	Interactions func(ctx context.Context, req []byte) []byte
+}
+
+// Endpoints are a node's public device endpoints, as a board dials them.
+// An empty one is not offered.
+type Endpoints struct {
+	// WebSocketURL is the ws:// or wss:// URL of the device listener.
+	WebSocketURL string `json:"websocket_url,omitempty"`
+	// MQTTEndpoint is host:port of the node's own (embedded) broker.
+	MQTTEndpoint string `json:"mqtt_endpoint,omitempty"`
 }
 
 // DefaultNodeID is the host name plus a short random suffix, so that two
@@ -91,11 +109,15 @@ type Record struct {
 	Generation      uint64    `json:"generation"`
 }
 
-// Heartbeat is a node's liveness key.
+// Heartbeat is a node's liveness key. It also says how loaded the node is
+// and where boards reach it, as of the beat.
 type Heartbeat struct {
 	Node    string    `json:"node"`
 	Started time.Time `json:"started"`
-	Boards  int       `json:"boards"`
+	// Boards is how many boards are connected to the node (its local
+	// sessions, in any state).
+	Boards int `json:"boards"`
+	Endpoints
 }
 
 // remoteBoard is a board another node holds, as the directory says.
@@ -133,6 +155,8 @@ type Node struct {
 	owned    map[string]uint64        // key → revision this node wrote for its own board
 	remote   map[string]*remoteBoard  // key → board another node holds
 	alive    map[string]time.Time     // node → when its last heartbeat arrived (local clock)
+	beats    map[string]Heartbeat     // node → its last heartbeat
+	placed   map[string]int           // node → boards sent there (Placed) since its last heartbeat
 	toolsOf  map[string][]device.Tool // catalog digest → tools
 	stored   map[string]bool          // catalog digests this node knows are stored
 	inflight map[string]context.CancelCauseFunc
@@ -164,6 +188,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	}
 	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
 		started: time.Now(), owned: map[string]uint64{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
+		beats: map[string]Heartbeat{}, placed: map[string]int{},
 		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{}}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.ReconnectHandler(func(*nats.Conn) {

@@ -237,9 +237,16 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 		n.nodeDead(node, "left the fleet")
 		return
 	}
+	var hb Heartbeat
+	if err := json.Unmarshal(e.Value(), &hb); err != nil {
+		n.log.Debug("unreadable heartbeat", zap.String("peer", node), zap.Error(err))
+	}
+	hb.Node = node
 	n.mu.Lock()
 	_, was := n.alive[node]
 	n.alive[node] = time.Now()
+	n.beats[node] = hb
+	delete(n.placed, node)
 	var events []device.Event
 	if !was {
 		for _, b := range n.remote {
@@ -388,7 +395,7 @@ func (n *Node) heartbeats() {
 func (n *Node) beat() {
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
-	data, _ := json.Marshal(Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())})
+	data, _ := json.Marshal(n.self())
 	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil {
 		if n.ctx.Err() == nil {
 			n.log.Debug("heartbeat not written", zap.Error(err))
@@ -445,6 +452,8 @@ func (n *Node) nodeDead(node, why string) {
 	n.mu.Lock()
 	_, was := n.alive[node]
 	delete(n.alive, node)
+	delete(n.beats, node)
+	delete(n.placed, node)
 	gone := map[string]*remoteBoard{}
 	for key, b := range n.remote {
 		if b.info.Node == node {
@@ -503,4 +512,50 @@ func (n *Node) Device(deviceID string) (device.Info, bool) {
 		return device.Info{}, false
 	}
 	return b.info, true
+}
+
+// self is this node's heartbeat as of now.
+func (n *Node) self() Heartbeat {
+	hb := Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())}
+	if n.cfg.Advertise != nil {
+		hb.Endpoints = n.cfg.Advertise()
+	}
+	return hb
+}
+
+// Nodes lists the live nodes of the fleet, this one included, sorted by
+// id: this node as of now, the others as of their last heartbeat, each
+// Boards raised by the boards this node sent there (Placed) since. A node
+// whose heartbeat is older than the dead-after limit is left out even
+// before the reaper notices.
+func (n *Node) Nodes() []Heartbeat {
+	self := n.self()
+	now := time.Now()
+	n.mu.Lock()
+	out := []Heartbeat{self}
+	for node, hb := range n.beats {
+		seen, ok := n.alive[node]
+		if !ok || now.Sub(seen) > n.deadAfter() {
+			continue
+		}
+		hb.Boards += n.placed[node]
+		out = append(out, hb)
+	}
+	n.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Placed notes that this node sent a board to node (an OTA answer pointing
+// there), so that a burst of boots spreads before that node's next
+// heartbeat counts the board.
+func (n *Node) Placed(node string) {
+	if node == n.cfg.NodeID {
+		return
+	}
+	n.mu.Lock()
+	if _, ok := n.beats[node]; ok {
+		n.placed[node]++
+	}
+	n.mu.Unlock()
 }
