@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/device"
@@ -45,7 +47,7 @@ func startSharedNode(t *testing.T, natsURL, brokerURL, id string, offlineAfter t
 	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
 	cfg.MQTT.MaxReconnectInterval = 200 * time.Millisecond
 	cfg.MQTT.KeepAlive = 2 * time.Second
-	a, err := app.New(cfg, nil)
+	a, err := app.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(context.Background()))
 	var once sync.Once
@@ -80,6 +82,12 @@ func sharedBoard(t *testing.T, brokerURL, mac string) *simulator.MQTTConn {
 		PublishTopic: "devices/up/" + key, SubscribeTopic: "devices/p2p/" + key, ReconnectInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
+	// The board subscribes on connect without waiting for the SUBACK, as
+	// old firmware does; subscribing again and waiting makes sure the
+	// bridge's first request (sent as soon as the hello is heard) finds it.
+	granted, err := c.SubscribeRaw(ctx, "devices/p2p/"+key)
+	require.NoError(t, err)
+	require.True(t, granted)
 	require.NoError(t, c.OpenAudioChannel(ctx))
 	return c
 }
@@ -129,8 +137,10 @@ func others(nodes []*sharedNode, not *sharedNode) []*sharedNode {
 	return out
 }
 
-// directoryWrites counts the puts and deletes of one board's record in the
-// fleet directory, as NATS delivers them.
+// directoryWrites counts the writes to one board's record in the fleet
+// directory that nodes attempt: every publish on the record's subject, a
+// compare-and-set JetStream rejects included (a plain subscriber sees those
+// too). That is the traffic a directory fight would make.
 type directoryWrites struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
@@ -193,10 +203,10 @@ func TestMQTTSharedBrokerOneHolder(t *testing.T) {
 	before := map[string]int{}
 	for _, mac := range macs {
 		before[mac] = writes[mac].count(t)
-		// Claim, then the session's own writes as it comes online: a few,
-		// however many nodes heard the board.
-		require.LessOrEqual(t, before[mac], 4, "directory writes for %s", mac)
-		t.Logf("%s: %d directory writes until ready on every node", mac, before[mac])
+		// At most one claim attempt per node (Create: one wins), then the
+		// holder's write as the board comes online.
+		require.LessOrEqual(t, before[mac], len(nodes)+2, "directory writes for %s", mac)
+		t.Logf("%s: %d directory write attempts until ready on every node", mac, before[mac])
 	}
 	notOwned := func(n *sharedNode) int64 { return n.app.MQTTGateway().Stats().NotOwned }
 	start := map[*sharedNode]int64{}
@@ -275,8 +285,11 @@ func TestMQTTSharedBrokerHolderDies(t *testing.T) {
 	require.EqualValues(t, 1, adopted, "exactly one survivor adopted the board")
 	require.Zero(t, discovered, "no survivor needed to hear the board")
 	n := writes.count(t)
-	require.LessOrEqual(t, n, 8, "a few writes: claim and online at each holder")
-	t.Logf("%d directory writes for the board in all", n)
+	// Claims by up to three nodes and the first holder's online write, one
+	// adoption attempt per survivor (one wins) and the new holder's online
+	// write.
+	require.LessOrEqual(t, n, 3+1+2+1+1, "a few writes: claim and online at each holder")
+	t.Logf("%d directory write attempts for the board in all", n)
 }
 
 // TestMQTTSharedBrokerCleanStop: a holder that shuts down hands its boards
