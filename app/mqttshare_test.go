@@ -173,6 +173,22 @@ func (d *directoryWrites) count(t *testing.T) int {
 	}
 }
 
+// TestMQTTSharedBrokerConfig: the switch needs an external broker and a
+// fleet.
+func TestMQTTSharedBrokerConfig(t *testing.T) {
+	cfg, err := app.ParseArgs("bridge", []string{"--mqtt-shared-broker", "--mqtt-broker", "tcp://10.0.0.5:1883",
+		"--nats", "nats://127.0.0.1:4222"})
+	require.NoError(t, err)
+	require.True(t, cfg.MQTT.SharedBroker)
+	require.NoError(t, cfg.Validate())
+	noFleet := cfg
+	noFleet.Cluster.NATSURL = ""
+	require.ErrorContains(t, noFleet.Validate(), "shared_broker needs a fleet")
+	embedded := cfg
+	embedded.MQTT.Broker, embedded.MQTT.Listen = "", ":1883"
+	require.ErrorContains(t, embedded.Validate(), "shared_broker needs mqtt.broker")
+}
+
 // TestMQTTSharedBrokerOneHolder: three nodes on one Mosquitto hear every
 // board; each board is held by exactly one node, every node lists it once
 // and calls it, and the board speaking again, heard by all nodes, writes
