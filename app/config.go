@@ -139,6 +139,9 @@ func (c Config) Validate() error {
 	if err := c.MQTT.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.MQTT.SharedBroker && c.Cluster.NATSURL == "" {
+		errs = append(errs, errors.New("mqtt.shared_broker needs a fleet (cluster.nats_url, --nats): the nodes decide through it who serves which board"))
+	}
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -107,6 +107,13 @@ type Record struct {
 	ConnectedAt     time.Time `json:"connected_at"`
 	ReadyAt         time.Time `json:"ready_at,omitzero"`
 	Generation      uint64    `json:"generation"`
+	// Claimed: the board reaches every node (MQTT through a shared
+	// broker) and this node holds it by claim; no other node serves it
+	// while this one is alive (see Node.ShareBoards).
+	Claimed bool `json:"claimed,omitempty"`
+	// Released: the holder gave the board up while it is still connected
+	// (the holder is stopping); a survivor adopts it.
+	Released bool `json:"released,omitempty"`
 }
 
 // Heartbeat is a node's liveness key. It also says how loaded the node is
@@ -125,6 +132,8 @@ type remoteBoard struct {
 	rev  uint64
 	info device.Info
 	seen time.Time // when this node first read the record
+	// claimed, released: the record's flags (see Record).
+	claimed, released bool
 }
 
 // Node joins a Hub to a fleet: it publishes the Hub's boards to the
@@ -160,6 +169,14 @@ type Node struct {
 	toolsOf  map[string][]device.Tool // catalog digest → tools
 	stored   map[string]bool          // catalog digests this node knows are stored
 	inflight map[string]context.CancelCauseFunc
+
+	// Boards held by claim (ShareBoards); nil share: none.
+	share      *shared
+	claimed    map[string]string    // key → device id of boards this node holds by claim
+	lapsed     map[string]bool      // nodes this node saw die (until they beat again)
+	releases   map[string]uint64    // key → revision to delete (claims goroutine)
+	candidates map[string]candidate // boards to adopt (claims goroutine)
+	claimC     chan struct{}
 }
 
 // Start connects to NATS, creates the fleet's buckets if needed and joins
@@ -189,7 +206,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
 		started: time.Now(), owned: map[string]uint64{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
 		beats: map[string]Heartbeat{}, placed: map[string]int{},
-		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{}}
+		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{},
+		claimed: map[string]string{}, lapsed: map[string]bool{}, releases: map[string]uint64{},
+		candidates: map[string]candidate{}, claimC: make(chan struct{}, 1)}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
@@ -290,13 +309,15 @@ func (n *Node) askResync() {
 // Stop leaves the fleet cleanly: this node's boards and heartbeat are
 // deleted from the directory (the others show them offline at once), calls
 // in flight from other nodes are cancelled, and the connection closes.
+// Boards held by claim are handed over instead: a survivor adopts each at
+// once.
 func (n *Node) Stop(ctx context.Context) {
 	if !n.halt() {
 		return
 	}
 	n.mu.Lock()
-	owned := n.owned
-	n.owned = map[string]uint64{}
+	owned, claimed := n.owned, n.claimed
+	n.owned, n.claimed = map[string]uint64{}, map[string]string{}
 	n.mu.Unlock()
 	if !n.nc.IsConnected() {
 		// Cut off from NATS: the others clean up when the heartbeat lapses.
@@ -305,6 +326,10 @@ func (n *Node) Stop(ctx context.Context) {
 		return
 	}
 	for key, rev := range owned {
+		if id, ok := claimed[key]; ok {
+			n.handOver(ctx, key, id, rev)
+			continue
+		}
 		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
 	}
 	_ = n.nodes.Delete(ctx, n.cfg.NodeID)

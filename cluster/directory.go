@@ -92,7 +92,7 @@ func (n *Node) putBoard(info device.Info) {
 	rec := Record{Node: n.cfg.NodeID, DeviceID: info.DeviceID, ClientID: info.ClientID, Transport: info.Transport,
 		HasMCP: info.HasMCP, State: info.State.String(), Board: info.Board, FirmwareVersion: info.FirmwareVersion,
 		Catalog: n.storeCatalog(ctx, info.Tools), ConnectedAt: info.ConnectedAt, ReadyAt: info.ReadyAt,
-		Generation: info.Generation}
+		Generation: info.Generation, Claimed: n.sharedTransport(info.Transport)}
 	data, _ := json.Marshal(rec)
 	var err error
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
@@ -114,6 +114,12 @@ func (n *Node) putBoard(info device.Info) {
 				n.yield(info.DeviceID, cur.Node)
 				return
 			}
+			// A board held by claim goes to whoever claimed it first: a live
+			// holder is never overwritten, whatever connected last.
+			if rec.Claimed && cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node) {
+				n.yield(info.DeviceID, cur.Node)
+				return
+			}
 			rev, err = n.boards.Update(ctx, key, data, entry.Revision())
 			if err == nil && cur.Node != n.cfg.NodeID {
 				n.log.Info("board taken over from another node (it connected here more recently)",
@@ -124,6 +130,10 @@ func (n *Node) putBoard(info device.Info) {
 			n.mu.Lock()
 			if !n.stopped {
 				n.owned[key] = rev
+				if rec.Claimed {
+					n.claimed[key] = info.DeviceID
+					delete(n.releases, key)
+				}
 			}
 			n.mu.Unlock()
 			return
@@ -138,17 +148,26 @@ func (n *Node) putBoard(info device.Info) {
 
 // deleteBoard removes a board this node held, unless another node has
 // taken it over since (the delete is conditional on our revision).
+// A board held by claim whose session ended because this bridge shuts
+// down is handed over instead: it is still connected to the shared broker,
+// and a survivor adopts it at once.
 func (n *Node) deleteBoard(info device.Info) {
 	key := keyFor(info.DeviceID)
 	n.mu.Lock()
 	rev := n.owned[key]
+	_, claimed := n.claimed[key]
 	delete(n.owned, key)
+	delete(n.claimed, key)
 	n.mu.Unlock()
 	if rev == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
+	if claimed && info.CloseCause == device.CauseShutdown {
+		n.handOver(ctx, key, info.DeviceID, rev)
+		return
+	}
 	_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
 }
 
@@ -158,6 +177,7 @@ func (n *Node) deleteBoard(info device.Info) {
 func (n *Node) yield(deviceID, other string) {
 	n.mu.Lock()
 	delete(n.owned, keyFor(deviceID))
+	delete(n.claimed, keyFor(deviceID))
 	n.mu.Unlock()
 	s, ok := n.hub.Session(deviceID)
 	if !ok {
@@ -247,6 +267,7 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 	n.alive[node] = time.Now()
 	n.beats[node] = hb
 	delete(n.placed, node)
+	delete(n.lapsed, node)
 	var events []device.Event
 	if !was {
 		for _, b := range n.remote {
@@ -271,7 +292,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		delete(n.remote, key)
 		_, shown := n.alive[nodeOf(b)]
 		n.mu.Unlock()
-		if b != nil && shown {
+		if b != nil && shown && !b.released {
 			n.announce([]device.Event{offline(b.info, "the board went offline")})
 		}
 		return
@@ -303,14 +324,25 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	if old != nil && old.info.Node == rec.Node {
 		seen = old.seen
 	}
-	n.remote[key] = &remoteBoard{rev: e.Revision(), info: info, seen: seen}
+	b := &remoteBoard{rev: e.Revision(), info: info, seen: seen, claimed: rec.Claimed, released: rec.Released}
+	n.remote[key] = b
 	_, shown := n.alive[rec.Node]
+	wasShown := shown && old != nil && !old.released
+	if rec.Released {
+		n.offerAdoption(key, b) // its holder is stopping; one survivor takes it
+	}
 	n.mu.Unlock()
+	if rec.Released {
+		if wasShown {
+			n.announce([]device.Event{offline(old.info, "node "+rec.Node+" handed the board over")})
+		}
+		return
+	}
 	if !shown {
 		return // announced when its node's heartbeat arrives
 	}
 	t := device.EventToolsChanged
-	if old == nil || old.info.Node != rec.Node || old.info.Generation != rec.Generation {
+	if old == nil || old.released || old.info.Node != rec.Node || old.info.Generation != rec.Generation {
 		t = device.EventOnline
 	}
 	n.announce([]device.Event{{Type: t, DeviceID: info.DeviceID, Info: info}})
@@ -443,6 +475,11 @@ func (n *Node) reap() {
 			n.cleanUp(key, b)
 		}
 	}
+	n.mu.Lock()
+	if len(n.lapsed) > 1024 {
+		n.lapsed = map[string]bool{} // node ids are not reused; forget old deaths
+	}
+	n.mu.Unlock()
 }
 
 // nodeDead shows a node's boards offline and deletes their records (each
@@ -454,6 +491,7 @@ func (n *Node) nodeDead(node, why string) {
 	delete(n.alive, node)
 	delete(n.beats, node)
 	delete(n.placed, node)
+	n.lapsed[node] = true
 	gone := map[string]*remoteBoard{}
 	for key, b := range n.remote {
 		if b.info.Node == node {
@@ -473,14 +511,24 @@ func (n *Node) nodeDead(node, why string) {
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		if was {
+		if was && !gone[key].released {
 			n.announce([]device.Event{offline(gone[key].info, "node "+node+" "+why)})
 		}
 		n.cleanUp(key, gone[key])
 	}
 }
 
+// cleanUp deletes the record of a board whose holder is gone, conditional
+// on the revision seen. A board held by claim is still connected to the
+// shared broker: it is adopted instead (by a node that shares, or left for
+// one).
 func (n *Node) cleanUp(key string, b *remoteBoard) {
+	if b.claimed {
+		n.mu.Lock()
+		n.offerAdoption(key, b)
+		n.mu.Unlock()
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
 	_ = n.boards.Delete(ctx, key, jetstream.LastRevision(b.rev))
@@ -492,7 +540,7 @@ func (n *Node) Devices() []device.Info {
 	defer n.mu.Unlock()
 	out := make([]device.Info, 0, len(n.remote))
 	for _, b := range n.remote {
-		if _, ok := n.alive[b.info.Node]; ok {
+		if _, ok := n.alive[b.info.Node]; ok && !b.released {
 			info := b.info
 			out = append(out, info)
 		}
@@ -505,7 +553,7 @@ func (n *Node) Device(deviceID string) (device.Info, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	b, ok := n.remote[keyFor(deviceID)]
-	if !ok {
+	if !ok || b.released {
 		return device.Info{}, false
 	}
 	if _, alive := n.alive[b.info.Node]; !alive {
