@@ -507,7 +507,7 @@ func (s *Server) flowGetState(ctx context.Context, _ *mcp.ServerSession, p *flow
 	if p == nil || p.SessionID == "" {
 		return nil, errNeedSessionID(methodGetState)
 	}
-	snap, err := s.flow.GetState(owner, p.SessionID)
+	snap, err := s.flow.GetState(ctx, owner, p.SessionID)
 	if err != nil {
 		return nil, s.flowWireError(methodGetState, err)
 	}
@@ -522,7 +522,7 @@ func (s *Server) flowCancel(ctx context.Context, _ *mcp.ServerSession, p *flowID
 	if p == nil || p.SessionID == "" {
 		return nil, errNeedSessionID(methodCancel)
 	}
-	err = s.flow.Cancel(owner, p.SessionID, p.Reason)
+	err = s.flow.Cancel(ctx, owner, p.SessionID, p.Reason)
 	s.auditStep(ctx, "cancel", nil, "", err, 0)
 	if err != nil {
 		return nil, s.flowWireError(methodCancel, err)
