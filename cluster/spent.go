@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -29,22 +30,35 @@ var ErrSpentUnavailable = errors.New("cluster: the fleet's replay store (NATS) i
 // (Config.SpentTTL), which must be at least the life of a token; the
 // until time given to Spend is not stored.
 //
-// Without NATS every call fails (within opTimeout) with
-// ErrSpentUnavailable: fail closed, since the token may have been used on
+// Without NATS every call fails with ErrSpentUnavailable (at once while
+// the connection is down, within opTimeout if NATS does not answer): fail closed, since the token may have been used on
 // a node this one cannot reach.
 type Spent struct {
+	nc  *nats.Conn
 	kv  jetstream.KeyValue
 	ttl time.Duration
 	log *zap.Logger
 }
 
 // Spent returns the fleet's replay store.
-func (n *Node) Spent() *Spent { return &Spent{kv: n.spent, ttl: n.cfg.SpentTTL, log: n.log} }
+func (n *Node) Spent() *Spent { return &Spent{nc: n.nc, kv: n.spent, ttl: n.cfg.SpentTTL, log: n.log} }
+
+// connected fails at once while the connection is down, rather than
+// after opTimeout (a request would wait in the reconnect buffer).
+func (s *Spent) connected(key string) error {
+	if s.nc.IsConnected() {
+		return nil
+	}
+	return fmt.Errorf("%w: checking %s: not connected (%s)", ErrSpentUnavailable, key, s.nc.Status())
+}
 
 // Spend records key as used for use. first is true for exactly one caller
 // per key in the fleet until the entry expires; the others get the first
 // one's use.
 func (s *Spent) Spend(ctx context.Context, key, use string, until time.Time) (bool, string, error) {
+	if err := s.connected(key); err != nil {
+		return false, "", err
+	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if d := time.Until(until); d > s.ttl {
@@ -71,6 +85,9 @@ func (s *Spent) Spend(ctx context.Context, key, use string, until time.Time) (bo
 
 // Spent returns the use recorded for key, or "" if none.
 func (s *Spent) Spent(ctx context.Context, key string) (string, error) {
+	if err := s.connected(key); err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	e, err := s.kv.Get(ctx, key)
