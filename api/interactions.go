@@ -352,14 +352,14 @@ func (s *Server) runInteraction(ctx context.Context, op forwardedOp) (int, any) 
 		step.SessionID = s.publicID(step.SessionID)
 		return http.StatusOK, step
 	case "state":
-		snap, err := s.flow.GetState(op.Owner, local)
+		snap, err := s.flow.GetState(ctx, op.Owner, local)
 		if err != nil {
 			return interactionError(err, local, op.ID)
 		}
 		snap.SessionID = s.publicID(snap.SessionID)
 		return http.StatusOK, snap
 	case "cancel":
-		if err := s.flow.Cancel(op.Owner, local, op.Reason); err != nil {
+		if err := s.flow.Cancel(ctx, op.Owner, local, op.Reason); err != nil {
 			return interactionError(err, local, op.ID)
 		}
 		return http.StatusOK, map[string]any{"cancelled": true, "sessionId": op.ID}

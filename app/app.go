@@ -64,6 +64,8 @@ type App struct {
 	access access
 	// cluster joins the fleet over NATS (cluster.go); nil when alone.
 	cluster *cluster.Node
+	// spent is the flow replay store of a fleet node with a flow secret.
+	spent *fleetSpent
 }
 
 // New builds an App; nothing listens until Start.

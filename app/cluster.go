@@ -93,7 +93,7 @@ func (a *App) startCluster(ctx context.Context) error {
 		return nil
 	}
 	cc := cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
-		Prefix: c.Prefix, Options: c.natsOptions()}
+		Prefix: c.Prefix, Options: c.natsOptions(), SpentTTL: a.cfg.Flow.spentTTL()}
 	if a.ota != nil {
 		cc.Advertise = func() cluster.Endpoints {
 			ws, mq := a.ota.Advertised()
@@ -111,6 +111,10 @@ func (a *App) startCluster(ctx context.Context) error {
 	a.cluster = n
 	a.mu.Unlock()
 	a.onShutdown(n.Stop)
+	if a.spent != nil {
+		a.spent.store.Store(n.Spent())
+		a.log.Info("flow tokens are spent fleet-wide", zap.Duration("spent_ttl", a.cfg.Flow.spentTTL()))
+	}
 	if a.ota != nil && a.ota.Balanced() {
 		a.ota.SetPlacement(func(transport string) (ota.Target, bool) { return leastLoaded(n, transport) })
 		a.onShutdown(func(context.Context) { a.ota.SetPlacement(nil) })

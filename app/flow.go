@@ -5,12 +5,15 @@ package app
 // its flags. The server itself is in package tools (flow.go, flowcall.go).
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/tools"
 )
@@ -103,4 +106,54 @@ func registerFlowFlags(fs *flag.FlagSet, c *FlowConfig) {
 	fs.BoolVar(&c.Enabled, "flow", c.Enabled, "guide tool calls with missing arguments or needing confirmation (elicitation, MRTR) and serve interaction.* on /mcp")
 	fs.StringVar(&c.Secret, "flow-secret", c.Secret, "secret (≥32 bytes) for stateless interaction tokens: a restart or another replica can continue them")
 	fs.DurationVar(&c.Timeout, "flow-timeout", c.Timeout, "inactivity timeout of an interaction")
+}
+
+// stateless reports whether interactions travel as signed tokens.
+func (c FlowConfig) stateless() bool { return c.Enabled && (c.Secret != "" || c.SecretFile != "") }
+
+// spentTTL is how long the fleet must remember a used flow token or
+// requestState: the longest either lives (an interaction's max_duration,
+// a requestState's timeout). With no max_duration, a day (or the timeout
+// if longer): an interaction given a longer timeout of its own is then
+// protected for that day only.
+func (c FlowConfig) spentTTL() time.Duration {
+	d := c.MaxDuration
+	switch {
+	case d == 0:
+		d = flow.DefaultMaxDuration
+	case d < 0:
+		d = 24 * time.Hour
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = flow.DefaultTimeout
+	}
+	return max(d, timeout)
+}
+
+// errNotJoined: the node has not joined the fleet yet (or has left it).
+var errNotJoined = errors.New("this bridge is not connected to its fleet's replay store (NATS) yet")
+
+// fleetSpent is the flow.SpentStore of a fleet node with a flow secret:
+// the cluster's <prefix>_spent bucket once the node has joined. The MCP
+// server is built before the node joins, so until then every call fails
+// (fail closed): a token may have been used on another node already.
+type fleetSpent struct{ store atomic.Pointer[cluster.Spent] }
+
+var _ flow.SpentStore = (*cluster.Spent)(nil)
+
+func (f *fleetSpent) Spend(ctx context.Context, key, use string, until time.Time) (bool, string, error) {
+	s := f.store.Load()
+	if s == nil {
+		return false, "", errNotJoined
+	}
+	return s.Spend(ctx, key, use, until)
+}
+
+func (f *fleetSpent) Spent(ctx context.Context, key string) (string, error) {
+	s := f.store.Load()
+	if s == nil {
+		return "", errNotJoined
+	}
+	return s.Spent(ctx, key)
 }

@@ -121,6 +121,12 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	if opts.Flow, err = a.cfg.Flow.options(); err != nil {
 		return err
 	}
+	if a.cfg.Cluster.NATSURL != "" && a.cfg.Flow.stateless() {
+		// Tokens and requestStates are good on every node: so must be the
+		// record of which were used (startCluster attaches the bucket).
+		a.spent = &fleetSpent{}
+		opts.Flow.Spent = a.spent
+	}
 	srv, err := tools.New(a.Hub, opts)
 	if err != nil {
 		return err

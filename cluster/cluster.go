@@ -57,6 +57,11 @@ type Config struct {
 	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
 	// request body and returns the reply body.
 	Interactions func(ctx context.Context, req []byte) []byte
+	// SpentTTL is how long the <prefix>_spent bucket (Spent: flow tokens
+	// and requestStates already used) keeps an entry; at least the longest
+	// life of a flow token, i.e. flow.max_duration (default
+	// DefaultSpentTTL).
+	SpentTTL time.Duration
 }
 
 // Endpoints are a node's public device endpoints, as a board dials them.
@@ -144,9 +149,9 @@ type Node struct {
 	hub *device.Hub
 	log *zap.Logger
 
-	nc                      *nats.Conn
-	boards, catalogs, nodes jetstream.KeyValue
-	subs                    []*nats.Subscription
+	nc                             *nats.Conn
+	boards, catalogs, nodes, spent jetstream.KeyValue
+	subs                           []*nats.Subscription
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -199,6 +204,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	}
 	if cfg.RemoteCallLimit <= 0 {
 		cfg.RemoteCallLimit = 5 * time.Minute
+	}
+	if cfg.SpentTTL <= 0 {
+		cfg.SpentTTL = DefaultSpentTTL
 	}
 	if logger == nil {
 		logger = zap.NewNop()
@@ -290,7 +298,10 @@ func (n *Node) open(ctx context.Context) error {
 	if n.catalogs, err = create("catalogs", "devicebridge tool catalogs by digest", 0); err != nil {
 		return err
 	}
-	n.nodes, err = create("nodes", "devicebridge node heartbeats", n.cfg.OfflineAfter)
+	if n.nodes, err = create("nodes", "devicebridge node heartbeats", n.cfg.OfflineAfter); err != nil {
+		return err
+	}
+	n.spent, err = create("spent", "devicebridge flow tokens and MRTR requestStates already used (replay protection)", n.cfg.SpentTTL)
 	return err
 }
 

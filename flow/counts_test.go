@@ -28,6 +28,6 @@ func TestCounts(t *testing.T) {
 	s := newFixture(t, Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
 	st := start(t, s, "alice", "self.audio_speaker.set_volume", `{}`)
 	assert.Empty(t, s.eng.Counts(), "a waiting stateless interaction lives in its token")
-	require.NoError(t, s.eng.Cancel("alice", st.SessionID, ""))
+	require.NoError(t, s.eng.Cancel(t.Context(), "alice", st.SessionID, ""))
 	assert.Equal(t, map[State]int{StateCancelled: 1}, s.eng.Counts())
 }

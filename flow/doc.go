@@ -27,7 +27,9 @@
 //   - interaction identity: 128-bit random ids visible only to their
 //     owner, or, with Options.Secret, stateless tokens that carry the whole
 //     state signed with HMAC-SHA256 and bound to the owner (Appendix B),
-//     so that a restarted bridge or another replica can continue.
+//     so that a restarted bridge or another replica can continue. Each
+//     token is used once (SpentStore: in memory, or shared by a fleet), so
+//     a replayed one runs nothing.
 //
 // # Two ways in
 //

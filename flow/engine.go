@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,10 @@ type Options struct {
 	// (at least 32 bytes), bound to the owner. Engines sharing the secret
 	// continue each other's interactions.
 	Secret []byte
+	// Spent is the replay protection of stateless tokens (see SpentStore):
+	// every engine sharing the secret must share it. Nil: a MemorySpent
+	// of DefaultSpentCapacity entries, enough for one bridge.
+	Spent  SpentStore
 	Logger *zap.Logger
 }
 
@@ -82,11 +87,14 @@ type StartOptions struct {
 // Memory: in stateful mode, interactions live in a map with a deadline
 // heap; expired ones are removed lazily when touched and by a bounded
 // sweep on each Start (no goroutine). In stateless mode the engine keeps
-// only short-lived markers: which interactions are being processed, and
-// which finished on this replica (so that a finished token cannot run its
-// tool again here, and cancel twice gives CodeAlreadyCancelled). Another
-// replica cannot know about those: there a replayed token is accepted
-// until it expires.
+// short-lived markers of the answers it is processing and of the
+// interactions that finished here (for Counts, and as a shortcut); what
+// was consumed lives in
+// the SpentStore (Options.Spent): each token's step ("<id>.<turn>": answered
+// or cancelled, once) and each interaction's end ("<id>.end": its final
+// state), so that a token cannot run its step twice, on this replica or on
+// any other sharing the store, and a second cancel gets
+// CodeAlreadyCancelled.
 type Engine struct {
 	lookup      Lookup
 	timeout     time.Duration
@@ -95,6 +103,7 @@ type Engine struct {
 	maxDuration time.Duration
 	now         func() time.Time
 	secret      []byte
+	spent       SpentStore
 	log         *zap.Logger
 
 	mu      sync.Mutex
@@ -131,6 +140,10 @@ func NewEngine(o Options) (*Engine, error) {
 		entries: map[string]*entry{}, owners: map[string]int{}}
 	if o.Secret != nil {
 		e.secret = append([]byte(nil), o.Secret...)
+		e.spent = o.Spent
+		if e.spent == nil {
+			e.spent = NewMemorySpent(0, o.Now)
+		}
 	}
 	if e.timeout <= 0 {
 		e.timeout = DefaultTimeout
@@ -334,8 +347,90 @@ func (e *Engine) Respond(ctx context.Context, owner, id string, value json.RawMe
 		e.releaseUnchanged(ent, work)
 		return nil, fmt.Errorf("flow: looking up tool %q: %w", work.Tool, err)
 	}
+	if e.Stateless() {
+		if err := e.spendStep(ctx, id, work); err != nil {
+			e.releaseUnchanged(ent, work)
+			return nil, err
+		}
+	}
 	step, err := e.answer(ctx, tool, work, value)
+	if e.Stateless() && work.State.Final() {
+		step, err = e.recordEnd(ctx, work, step, err)
+	}
 	return e.commit(owner, ent, work, step, err)
+}
+
+// stepKey names a stateless token's step in the SpentStore: every token
+// that waits for an answer has its own prompt count (Turns), so the
+// interaction id and that count identify it.
+func stepKey(rec *record) string { return "flt." + rec.ID + "." + strconv.Itoa(rec.Turns) }
+
+// endKey names a stateless interaction's end in the SpentStore.
+func endKey(id string) string { return "flt." + id + ".end" }
+
+// endUntil is how long the end of rec's interaction must be remembered:
+// as long as any of its tokens can be presented (none was issued after
+// now, and none outlives its timeout or the interaction's hard expiry).
+func (e *Engine) endUntil(rec *record) time.Time {
+	d := nowMS(e.now()) + rec.Timeout
+	if rec.Hard > 0 && rec.Hard < d {
+		d = rec.Hard
+	}
+	return time.UnixMilli(d)
+}
+
+// spendStep consumes a stateless token for an answer, fleet-wide: it
+// fails if the interaction has ended, or if the token was already
+// answered or cancelled (here or on another replica sharing the store).
+func (e *Engine) spendStep(ctx context.Context, id string, rec *record) error {
+	end, err := e.spent.Spent(ctx, endKey(rec.ID))
+	if err != nil {
+		return e.replayErr(err)
+	}
+	if end != "" {
+		return errNotWaiting(id, State(end))
+	}
+	d, _ := rec.deadline()
+	first, prior, err := e.spent.Spend(ctx, stepKey(rec), UseAnswered, time.UnixMilli(d))
+	if err != nil {
+		return e.replayErr(err)
+	}
+	if !first {
+		if prior == UseCancelled {
+			return errNotWaiting(id, StateCancelled)
+		}
+		return errStepUsed(id)
+	}
+	return nil
+}
+
+// recordEnd records the final state of a stateless interaction. If it was
+// cancelled meanwhile on another replica (which could not stop this one's
+// call), the outcome is discarded as for a local cancel.
+func (e *Engine) recordEnd(ctx context.Context, work *record, step *Step, err error) (*Step, error) {
+	first, prior, serr := e.spent.Spend(context.WithoutCancel(ctx), endKey(work.ID), string(work.State), e.endUntil(work))
+	switch {
+	case serr != nil:
+		// Its tokens are all spent already; only a later cancel with an
+		// older token could be told "cancelled" instead of "completed".
+		e.log.Warn("flow: could not record the end of an interaction", zap.String("tool", work.Tool), zap.Error(serr))
+	case !first && State(prior) == StateCancelled && work.State != StateCancelled:
+		work.State, work.Reason, work.Current = StateCancelled, "cancelled on another replica", nil
+		return &Step{State: StateCancelled,
+			Summary: "Cancelled (on another bridge) while the answer was being processed; the outcome was discarded, but what the tool already did stays done."}, nil
+	}
+	return step, err
+}
+
+func (e *Engine) replayErr(err error) error {
+	e.log.Warn("flow: replay store unavailable; refusing the step", zap.Error(err))
+	return fmt.Errorf("flow: %w (%v)", ErrReplayCheck, err)
+}
+
+func errStepUsed(id string) *Error {
+	return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "reason": "token already used"},
+		"This sessionId of interaction %s was already answered (on this bridge or another one sharing its flow secret), so this answer was not used and nothing ran again. "+
+			"The sessionId changes with every step: answer with the latest one, which the previous interaction.respond returned. Use interaction.getState to see where it stands.", short(id))
 }
 
 // acquire finds the interaction for an answer, checks it waits for one,
@@ -522,6 +617,9 @@ func (e *Engine) commit(owner string, ent *entry, work *record, step *Step, err 
 		}
 	}
 	if e.Stateless() {
+		// What was consumed is in the SpentStore. A finished interaction
+		// keeps its marker until its tokens expire, for Counts and as a
+		// local shortcut.
 		id = e.encode(owner, work)
 		if ent != nil {
 			if work.State.Final() {
@@ -783,11 +881,13 @@ func safeExecute(ctx context.Context, tool *Tool, args json.RawMessage) (res Res
 	return tool.Execute(ctx, args)
 }
 
-// GetState returns owner's view of interaction id.
+// GetState returns owner's view of interaction id. In stateless mode the
+// state is the token's, or the interaction's end when the SpentStore
+// knows it (ctx bounds that lookup; its failure is ErrReplayCheck).
 //
 // Errors (*Error): CodeSessionNotFound, CodeSessionExpired,
 // CodeNotInteractive (engine closed).
-func (e *Engine) GetState(owner, id string) (*Snapshot, error) {
+func (e *Engine) GetState(ctx context.Context, owner, id string) (*Snapshot, error) {
 	now := nowMS(e.now())
 	if e.Stateless() {
 		rec, err := e.decode(owner, id, now)
@@ -795,12 +895,24 @@ func (e *Engine) GetState(owner, id string) (*Snapshot, error) {
 			return nil, err
 		}
 		e.mu.Lock()
-		defer e.mu.Unlock()
 		if e.closed {
+			e.mu.Unlock()
 			return nil, errClosed()
 		}
-		if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil {
+		m := e.entries[rec.ID]
+		local := m != nil && m.owner == owner && m.rec != nil
+		if local {
 			rec.State = m.rec.State
+		}
+		e.mu.Unlock()
+		if !local {
+			end, err := e.spent.Spent(ctx, endKey(rec.ID))
+			if err != nil {
+				return nil, e.replayErr(err)
+			}
+			if end != "" {
+				rec.State, rec.Current = State(end), nil
+			}
 		}
 		return rec.snapshot(id), nil
 	}
@@ -819,44 +931,21 @@ func (e *Engine) GetState(owner, id string) (*Snapshot, error) {
 // Cancel cancels interaction id. A running Execute has its context
 // cancelled and its outcome discarded (what it already did stays done).
 //
+// In stateless mode, cancelling with any token of the interaction cancels
+// it, on every replica sharing the SpentStore; a board call already running
+// on another replica is not stopped there, but its outcome is discarded.
+//
 // Errors (*Error): CodeSessionNotFound, CodeSessionExpired,
 // CodeAlreadyCancelled (cancelled before), CodeInvalidStateTransition
-// (completed or ended in error), CodeNotInteractive (engine closed).
-func (e *Engine) Cancel(owner, id, reason string) error {
+// (completed or ended in error), CodeNotInteractive (engine closed);
+// ErrReplayCheck (wrapped) when the SpentStore fails.
+func (e *Engine) Cancel(ctx context.Context, owner, id, reason string) error {
 	now := nowMS(e.now())
 	if reason == "" {
 		reason = "cancelled by the caller"
 	}
 	if e.Stateless() {
-		rec, err := e.decode(owner, id, now)
-		if err != nil {
-			return err
-		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.closed {
-			return errClosed()
-		}
-		state := rec.State
-		m := e.entries[rec.ID]
-		if m != nil && m.owner == owner && m.rec != nil {
-			state = m.rec.State
-		}
-		if err := errCannotCancel(id, state); err != nil {
-			return err
-		}
-		if m != nil && m.owner == owner && m.rec != nil {
-			m.rec.State, m.rec.Reason = StateCancelled, reason
-			if m.cancel != nil {
-				m.cancel()
-			}
-			return nil
-		}
-		m = &entry{key: rec.ID, owner: owner, rec: &record{State: StateCancelled, Reason: reason}}
-		m.deadline, _ = rec.deadline()
-		e.entries[m.key] = m
-		heap.Push(&e.byTime, m)
-		return nil
+		return e.cancelToken(ctx, owner, id, reason, now)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -884,6 +973,65 @@ func (e *Engine) Cancel(owner, id, reason string) error {
 		e.close(ent)
 	}
 	e.log.Debug("flow: interaction cancelled", zap.String("tool", c.Tool))
+	return nil
+}
+
+// cancelToken is Cancel in stateless mode.
+func (e *Engine) cancelToken(ctx context.Context, owner, id, reason string, now int64) error {
+	rec, err := e.decode(owner, id, now)
+	if err != nil {
+		return err
+	}
+	if err := errCannotCancel(id, rec.State); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return errClosed()
+	}
+	if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil && m.rec.State.Final() {
+		e.mu.Unlock()
+		return errCannotCancel(id, m.rec.State)
+	}
+	e.mu.Unlock()
+	// The token's step first: a cancel and an answer with the same token
+	// race on it, and exactly one wins.
+	d, _ := rec.deadline()
+	first, prior, err := e.spent.Spend(ctx, stepKey(rec), UseCancelled, time.UnixMilli(d))
+	if err != nil {
+		return e.replayErr(err)
+	}
+	if !first && prior == UseCancelled {
+		return errCannotCancel(id, StateCancelled)
+	}
+	// The token was current (first), or was answered: either way the
+	// interaction as a whole ends here, unless it already ended.
+	first, prior, err = e.spent.Spend(ctx, endKey(rec.ID), string(StateCancelled), e.endUntil(rec))
+	if err != nil {
+		return e.replayErr(err)
+	}
+	if !first {
+		return errCannotCancel(id, State(prior))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil {
+		// Being processed here: stop it; commit discards the outcome.
+		m.rec.State, m.rec.Reason = StateCancelled, reason
+		if m.cancel != nil {
+			m.cancel()
+		}
+	} else {
+		m = &entry{key: rec.ID, owner: owner, rec: &record{State: StateCancelled, Reason: reason}}
+		m.deadline = e.endUntil(rec).UnixMilli()
+		e.entries[m.key] = m
+		heap.Push(&e.byTime, m)
+	}
+	e.log.Debug("flow: interaction cancelled", zap.String("tool", rec.Tool))
 	return nil
 }
 

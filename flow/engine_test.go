@@ -164,7 +164,7 @@ func TestSetVolumeRetryAfterFailedAnswer(t *testing.T) {
 	require.Len(t, calls, 1)
 	assert.JSONEq(t, `{"volume":40}`, calls[0])
 
-	snap, err := f.eng.GetState("alice", id)
+	snap, err := f.eng.GetState(t.Context(), "alice", id)
 	require.NoError(t, err)
 	assert.Equal(t, StateCompleted, snap.State)
 	require.Len(t, snap.History, 2)
@@ -280,7 +280,7 @@ func TestConfirmAndDecline(t *testing.T) {
 	assert.True(t, *st.Accepted)
 	assert.Contains(t, st.Summary, "not run")
 	assert.Empty(t, f.calls.list())
-	snap, err := f.eng.GetState("alice", id)
+	snap, err := f.eng.GetState(t.Context(), "alice", id)
 	require.NoError(t, err)
 	assert.Equal(t, StateCancelled, snap.State)
 	assert.Equal(t, "confirmation declined", snap.Metadata.Reason)
@@ -363,7 +363,7 @@ func TestInvalidTransitions(t *testing.T) {
 	fe := requireCode(t, err, CodeInvalidStateTransition)
 	assert.Contains(t, fe.Message, "completed")
 	assert.Contains(t, fe.Message, "Start a new interaction")
-	err = f.eng.Cancel("alice", done.SessionID, "")
+	err = f.eng.Cancel(t.Context(), "alice", done.SessionID, "")
 	requireCode(t, err, CodeInvalidStateTransition)
 
 	// error: the same
@@ -373,17 +373,17 @@ func TestInvalidTransitions(t *testing.T) {
 	require.Equal(t, StateError, st.State)
 	_, err = f.eng.Respond(ctx, "alice", st.SessionID, raw(`5`))
 	requireCode(t, err, CodeInvalidStateTransition)
-	requireCode(t, f.eng.Cancel("alice", st.SessionID, ""), CodeInvalidStateTransition)
+	requireCode(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, ""), CodeInvalidStateTransition)
 
 	// cancelled: answer refused, cancel twice refused with its own code
 	st = start(t, f, "alice", "self.audio_speaker.set_volume", `{}`)
-	require.NoError(t, f.eng.Cancel("alice", st.SessionID, "user changed mind"))
+	require.NoError(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, "user changed mind"))
 	_, err = f.eng.Respond(ctx, "alice", st.SessionID, raw(`5`))
 	requireCode(t, err, CodeInvalidStateTransition)
-	err = f.eng.Cancel("alice", st.SessionID, "again")
+	err = f.eng.Cancel(t.Context(), "alice", st.SessionID, "again")
 	fe = requireCode(t, err, CodeAlreadyCancelled)
 	assert.Equal(t, "ALREADY_CANCELLED", CodeName(fe.Code))
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateCancelled, snap.State)
 	assert.Equal(t, "user changed mind", snap.Metadata.Reason)
@@ -393,7 +393,7 @@ func TestInvalidTransitions(t *testing.T) {
 	// unknown ids
 	_, err = f.eng.Respond(ctx, "alice", "flw_0000", raw(`5`))
 	requireCode(t, err, CodeSessionNotFound)
-	_, err = f.eng.GetState("alice", "")
+	_, err = f.eng.GetState(t.Context(), "alice", "")
 	requireCode(t, err, CodeSessionNotFound)
 }
 
@@ -442,7 +442,7 @@ func TestConcurrentRespond(t *testing.T) {
 	_, err := f.eng.Respond(ctx, "alice", id, raw(`41`))
 	fe := requireCode(t, err, CodeInvalidStateTransition)
 	assert.Contains(t, fe.Message, "still being processed")
-	snap, err := f.eng.GetState("alice", id)
+	snap, err := f.eng.GetState(t.Context(), "alice", id)
 	require.NoError(t, err)
 	assert.Equal(t, StateProcessing, snap.State)
 	close(b.release)
@@ -495,29 +495,29 @@ func TestCancelWhileProcessing(t *testing.T) {
 		done <- st
 	}()
 	<-b.started
-	require.NoError(t, f.eng.Cancel("alice", st.SessionID, "stop"))
+	require.NoError(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, "stop"))
 	require.ErrorIs(t, <-b.ctxErr, context.Canceled, "Execute's context is cancelled")
 	got := <-done
 	assert.Equal(t, StateCancelled, got.State)
 	assert.Nil(t, got.Result, "the outcome is discarded")
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateCancelled, snap.State)
-	requireCode(t, f.eng.Cancel("alice", st.SessionID, ""), CodeAlreadyCancelled)
+	requireCode(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, ""), CodeAlreadyCancelled)
 }
 
 func TestOwnerIsolation(t *testing.T) {
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	st := start(t, f, "alice", "self.audio_speaker.set_volume", `{}`)
-	_, errUnknown := f.eng.GetState("bob", "flw_00000000000000000000000000000000")
+	_, errUnknown := f.eng.GetState(t.Context(), "bob", "flw_00000000000000000000000000000000")
 	fe := requireCode(t, errUnknown, CodeSessionNotFound)
 
 	_, err := f.eng.Respond(ctx, "bob", st.SessionID, raw(`40`))
 	fe2 := requireCode(t, err, CodeSessionNotFound)
-	_, err = f.eng.GetState("bob", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "bob", st.SessionID)
 	requireCode(t, err, CodeSessionNotFound)
-	requireCode(t, f.eng.Cancel("bob", st.SessionID, ""), CodeSessionNotFound)
+	requireCode(t, f.eng.Cancel(t.Context(), "bob", st.SessionID, ""), CodeSessionNotFound)
 	// Same wording as an unknown id, apart from the id itself.
 	assert.Equal(t, strings.ReplaceAll(fe.Message, "flw_00000000000000000000000000000000", "ID"),
 		strings.ReplaceAll(fe2.Message, st.SessionID, "ID"))
@@ -549,7 +549,7 @@ func TestExpiry(t *testing.T) {
 	st, err := f.eng.Respond(ctx, "alice", st.SessionID, raw(`500`))
 	require.NoError(t, err)
 	f.clock.Advance(59 * time.Second)
-	_, err = f.eng.GetState("alice", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 
 	// Inactivity expires it; it stays expired, and nothing runs.
@@ -558,18 +558,18 @@ func TestExpiry(t *testing.T) {
 	fe := requireCode(t, err, CodeSessionExpired)
 	assert.Contains(t, fe.Message, "no activity for 1m0s")
 	assert.Contains(t, fe.Message, "initialParams")
-	_, err = f.eng.GetState("alice", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeSessionExpired)
-	requireCode(t, f.eng.Cancel("alice", st.SessionID, ""), CodeSessionExpired)
+	requireCode(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, ""), CodeSessionExpired)
 	// Another owner still learns nothing.
-	_, err = f.eng.GetState("bob", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "bob", st.SessionID)
 	requireCode(t, err, CodeSessionNotFound)
 	assert.Empty(t, f.calls.list())
 
 	// The tombstone is swept later; then the id is simply unknown.
 	f.clock.Advance(2 * time.Minute)
 	start(t, f, "alice", "self.get_device_status", `{}`)
-	_, err = f.eng.GetState("alice", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeSessionNotFound)
 }
 
@@ -595,7 +595,7 @@ func TestPerInteractionTimeout(t *testing.T) {
 	st, err := f.eng.Start(context.Background(), "alice", "self.audio_speaker.set_volume", nil, StartOptions{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	f.clock.Advance(11 * time.Second)
-	_, err = f.eng.GetState("alice", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeSessionExpired)
 }
 
@@ -640,7 +640,7 @@ func TestMaxPerOwner(t *testing.T) {
 	// Others are not affected; finished interactions do not count.
 	start(t, f, "bob", "self.lamp.set", `{}`)
 	start(t, f, "alice", "self.get_device_status", `{}`)
-	require.NoError(t, f.eng.Cancel("alice", a.SessionID, ""))
+	require.NoError(t, f.eng.Cancel(t.Context(), "alice", a.SessionID, ""))
 	start(t, f, "alice", "self.lamp.set", `{}`)
 }
 
@@ -657,7 +657,7 @@ func TestMaxPrompts(t *testing.T) {
 	fe := requireCode(t, err, CodeInvalidStateTransition)
 	assert.Contains(t, fe.Message, "3 prompts")
 	assert.Contains(t, fe.Message, "initialParams")
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateError, snap.State)
 	assert.Empty(t, f.calls.list())
@@ -681,7 +681,7 @@ func TestLookupAfterEachAnswer(t *testing.T) {
 	f.reg.mu.Unlock()
 	_, err := f.eng.Respond(ctx, "alice", st.SessionID, raw(`40`))
 	require.ErrorIs(t, err, errUnknownTool)
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateWaitingUser, snap.State)
 
@@ -702,7 +702,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	f := newFixture(t, Options{})
 	st := start(t, f, "alice", "self.audio_speaker.set_volume", `{}`)
 	f.eng.Close()
-	_, err := f.eng.GetState("alice", st.SessionID)
+	_, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeNotInteractive)
 	_, err = f.eng.Start(context.Background(), "alice", "self.get_device_status", nil, StartOptions{})
 	requireCode(t, err, CodeNotInteractive)
@@ -728,7 +728,7 @@ func TestWireShapes(t *testing.T) {
 	assert.Contains(t, m, "initialPrompt")
 	assert.Contains(t, m, "progress")
 
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	b, err = json.Marshal(snap)
 	require.NoError(t, err)

@@ -35,7 +35,7 @@ func TestTokenRoundTripAcrossReplicas(t *testing.T) {
 	assert.Equal(t, "age", st.NextPrompt.Property)
 	assert.NotEqual(t, tok1, st.SessionID, "each step has a new token")
 
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateWaitingUser, snap.State)
 	assert.Equal(t, st.SessionID, snap.SessionID)
@@ -57,12 +57,12 @@ func TestTokenRoundTripAcrossReplicas(t *testing.T) {
 	f.eng.mu.Unlock()
 
 	// The final token reads as completed and takes no more answers.
-	snap, err = other.GetState("alice", st.SessionID)
+	snap, err = other.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateCompleted, snap.State)
 	_, err = f.eng.Respond(ctx, "alice", st.SessionID, raw(`1`))
 	requireCode(t, err, CodeInvalidStateTransition)
-	requireCode(t, f.eng.Cancel("alice", st.SessionID, ""), CodeInvalidStateTransition)
+	requireCode(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, ""), CodeInvalidStateTransition)
 }
 
 func tamper(tok string) []string {
@@ -93,9 +93,9 @@ func TestTokenTampering(t *testing.T) {
 	for _, bad := range tamper(st.SessionID) {
 		_, err := f.eng.Respond(ctx, "alice", bad, raw(`40`))
 		requireCode(t, err, CodeSessionNotFound)
-		_, err = f.eng.GetState("alice", bad)
+		_, err = f.eng.GetState(t.Context(), "alice", bad)
 		requireCode(t, err, CodeSessionNotFound)
-		requireCode(t, f.eng.Cancel("alice", bad, ""), CodeSessionNotFound)
+		requireCode(t, f.eng.Cancel(t.Context(), "alice", bad, ""), CodeSessionNotFound)
 	}
 	// Another owner's token, or another secret: not found either.
 	_, err := f.eng.Respond(ctx, "bob", st.SessionID, raw(`40`))
@@ -103,7 +103,7 @@ func TestTokenTampering(t *testing.T) {
 	other, err := NewEngine(Options{Lookup: f.reg.lookup, Now: f.clock.Now, Secret: []byte(strings.Repeat("z", 32))})
 	require.NoError(t, err)
 	defer other.Close()
-	_, err = other.GetState("alice", st.SessionID)
+	_, err = other.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeSessionNotFound)
 	assert.Empty(t, f.calls.list())
 
@@ -121,10 +121,10 @@ func TestTokenExpiry(t *testing.T) {
 	_, err := f.eng.Respond(ctx, "alice", st.SessionID, raw(`40`))
 	fe := requireCode(t, err, CodeSessionExpired)
 	assert.Equal(t, reasonInactive, fe.Data.(map[string]any)["reason"])
-	_, err = f.eng.GetState("alice", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "alice", st.SessionID)
 	requireCode(t, err, CodeSessionExpired)
 	// Expired and someone else's: not found, which says less.
-	_, err = f.eng.GetState("bob", st.SessionID)
+	_, err = f.eng.GetState(t.Context(), "bob", st.SessionID)
 	requireCode(t, err, CodeSessionNotFound)
 
 	// The hard limit travels in the token too.
@@ -147,11 +147,11 @@ func TestTokenCancelAndReplay(t *testing.T) {
 	f := newFixture(t, Options{Secret: secret})
 	ctx := context.Background()
 	st := start(t, f, "alice", "self.audio_speaker.set_volume", `{}`)
-	require.NoError(t, f.eng.Cancel("alice", st.SessionID, "no"))
-	requireCode(t, f.eng.Cancel("alice", st.SessionID, "no"), CodeAlreadyCancelled)
+	require.NoError(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, "no"))
+	requireCode(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, "no"), CodeAlreadyCancelled)
 	_, err := f.eng.Respond(ctx, "alice", st.SessionID, raw(`40`))
 	requireCode(t, err, CodeInvalidStateTransition)
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateCancelled, snap.State)
 
@@ -189,14 +189,14 @@ func TestTokenConcurrentRespond(t *testing.T) {
 	<-b.started
 	_, err := f.eng.Respond(ctx, "alice", st.SessionID, raw(`41`))
 	requireCode(t, err, CodeInvalidStateTransition)
-	snap, err := f.eng.GetState("alice", st.SessionID)
+	snap, err := f.eng.GetState(t.Context(), "alice", st.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateProcessing, snap.State)
-	require.NoError(t, f.eng.Cancel("alice", st.SessionID, "stop"))
+	require.NoError(t, f.eng.Cancel(t.Context(), "alice", st.SessionID, "stop"))
 	require.ErrorIs(t, <-b.ctxErr, context.Canceled)
 	got := <-done
 	assert.Equal(t, StateCancelled, got.State)
-	snap, err = f.eng.GetState("alice", got.SessionID)
+	snap, err = f.eng.GetState(t.Context(), "alice", got.SessionID)
 	require.NoError(t, err)
 	assert.Equal(t, StateCancelled, snap.State)
 }

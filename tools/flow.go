@@ -88,6 +88,11 @@ type FlowOptions struct {
 	// Without it, interactions live in memory and requestStates are signed
 	// with a key made at start.
 	Secret []byte
+	// Spent remembers the interaction tokens and requestStates already
+	// used (flow.SpentStore). Every bridge sharing Secret must share it,
+	// or a token used on one can be replayed on another. Nil: an
+	// in-memory store, enough for one bridge.
+	Spent flow.SpentStore
 }
 
 func (o FlowOptions) validate() []error {
@@ -129,6 +134,10 @@ func (s *Server) setupFlow() error {
 	if len(o.Secret) > 0 {
 		secret = o.Secret
 	}
+	s.spent = o.Spent
+	if s.spent == nil {
+		s.spent = flow.NewMemorySpent(0, nil)
+	}
 	eng, err := flow.NewEngine(flow.Options{
 		Lookup:      s.lookupFlowTool,
 		Timeout:     o.Timeout,
@@ -136,6 +145,7 @@ func (s *Server) setupFlow() error {
 		MaxPrompts:  o.MaxPrompts,
 		MaxDuration: o.MaxDuration,
 		Secret:      secret,
+		Spent:       s.spent,
 		Logger:      s.log.Named("flow"),
 	})
 	if err != nil {
@@ -507,7 +517,7 @@ func (s *Server) flowGetState(ctx context.Context, _ *mcp.ServerSession, p *flow
 	if p == nil || p.SessionID == "" {
 		return nil, errNeedSessionID(methodGetState)
 	}
-	snap, err := s.flow.GetState(owner, p.SessionID)
+	snap, err := s.flow.GetState(ctx, owner, p.SessionID)
 	if err != nil {
 		return nil, s.flowWireError(methodGetState, err)
 	}
@@ -522,7 +532,7 @@ func (s *Server) flowCancel(ctx context.Context, _ *mcp.ServerSession, p *flowID
 	if p == nil || p.SessionID == "" {
 		return nil, errNeedSessionID(methodCancel)
 	}
-	err = s.flow.Cancel(owner, p.SessionID, p.Reason)
+	err = s.flow.Cancel(ctx, owner, p.SessionID, p.Reason)
 	s.auditStep(ctx, "cancel", nil, "", err, 0)
 	if err != nil {
 		return nil, s.flowWireError(methodCancel, err)

@@ -471,12 +471,32 @@ func TestMRTRStateIsCheckedAndReasks(t *testing.T) {
 	require.True(t, res.NeedsInput())
 	assert.NotEqualValues(t, 7, robot.State()["audio_speaker.volume"])
 
+	// A round that only asks may be retried (a lost response): the same
+	// form comes back.
+	retried := call(&mcp.CallToolParams{Name: tool, Arguments: args, RequestState: first.RequestState, InputResponses: answer(150)})
+	require.True(t, retried.NeedsInput())
+	assert.Contains(t, retried.InputRequests["flow"].(*mcp.ElicitParams).Message, "above the maximum of 100")
+
 	// Another caller (another token) cannot use it: covered by the MAC over
 	// the caller; here the right state and a good answer complete it.
+	ran := robot.Stats().CallsRun
 	res = call(&mcp.CallToolParams{Name: tool, Arguments: args, RequestState: again.RequestState, InputResponses: answer(33)})
 	require.False(t, res.NeedsInput())
 	require.False(t, res.IsError, text(res))
 	assert.EqualValues(t, 33, robot.State()["audio_speaker.volume"])
+	assert.Equal(t, ran+1, robot.Stats().CallsRun)
+
+	// The call ran: replaying the state that ran it, or an earlier round
+	// of the same call, runs nothing again, even with another answer.
+	for _, replay := range []string{again.RequestState, first.RequestState, retried.RequestState} {
+		res = call(&mcp.CallToolParams{Name: tool, Arguments: args, RequestState: replay, InputResponses: answer(34)})
+		require.False(t, res.NeedsInput())
+		require.True(t, res.IsError)
+		assert.Contains(t, text(res), "was not run again")
+		assert.Contains(t, text(res), "already answered")
+	}
+	assert.EqualValues(t, 33, robot.State()["audio_speaker.volume"])
+	assert.Equal(t, ran+1, robot.Stats().CallsRun, "the board ran set_volume once")
 }
 
 // TestStatelessTokensSurviveRestart: with a flow secret, an interaction

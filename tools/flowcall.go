@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -284,6 +285,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	caller := callerOf(req.Session, req.Extra)
 	argsSum := argsDigest(args)
 	round := 0
+	call := "" // the MRTR call's id, the same in all its rounds
 	if token := req.Params.RequestState; token != "" {
 		st, why := s.openState(token, caller, e.name, argsSum)
 		if st == nil {
@@ -296,7 +298,13 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 					"; behind a load balancer, every bridge needs the same flow secret, --flow-secret). Answer again")
 			}
 		} else {
-			plan, round = st.Plan, st.Round
+			plan, round, call = st.Plan, st.Round, st.Call
+			if call == "" {
+				call = spentKey(token)
+			}
+			if refused := s.checkCall(ctx, e, call); refused != nil {
+				return refused
+			}
 			switch r := req.Params.InputResponses[inputKey].(type) {
 			case *mcp.ElicitResult:
 				if r.Action != "accept" {
@@ -312,6 +320,14 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			}
 		}
 	}
+	if call != "" && !plan.Declined && plan.Ready() {
+		if refused := s.spendCall(ctx, e, call); refused != nil {
+			return refused
+		}
+	}
+	if call == "" {
+		call = newCallID()
+	}
 	done, params := s.nextStep(ctx, req, e, plan, round)
 	if done != nil {
 		return done
@@ -320,8 +336,77 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	return &mcp.CallToolResult{
 		InputRequests: mcp.InputRequestMap{inputKey: params},
 		RequestState: s.sealState(&callState{Tool: e.name, Args: argsSum, Round: round + 1, Plan: plan,
-			Exp: time.Now().Add(s.flowTimeout).UnixMilli()}, caller),
+			Exp: time.Now().Add(s.flowTimeout).UnixMilli(), Call: call}, caller),
 	}
+}
+
+// Replay protection of MRTR calls. Every round of one call carries the
+// call's id in its requestState; when a round's answers settle the call,
+// the id is spent (flow.SpentStore, shared by every bridge with the same
+// flow secret) just before the tool runs. So a call runs its tool at most
+// once, on any bridge, however its requestStates are replayed: the round
+// that ran it, or an earlier one (which could otherwise be answered again).
+//
+// Rounds that only ask are not consumed: a client that retries one after a
+// network failure gets the same form back. The retry of the round that ran
+// the tool is refused, though — its result went to the lost response, and
+// running it again (a second reboot) is exactly what this prevents; the
+// refusal says so. When the store cannot be reached, nothing runs (fail
+// closed) and the refusal says to retry.
+
+// checkCall refuses a round of a call whose tool already ran.
+func (s *Server) checkCall(ctx context.Context, e *entry, call string) *mcp.CallToolResult {
+	use, err := s.spent.Spent(ctx, mrtrKey(call))
+	if err != nil {
+		return s.replayUnchecked(e, err)
+	}
+	if use != "" {
+		return s.alreadyRan(e)
+	}
+	return nil
+}
+
+// spendCall consumes the call before its tool runs.
+func (s *Server) spendCall(ctx context.Context, e *entry, call string) *mcp.CallToolResult {
+	// Any requestState of this call was issued before now, so none outlives
+	// now + the flow timeout; neither must the entry.
+	first, _, err := s.spent.Spend(ctx, mrtrKey(call), flow.UseAnswered, time.Now().Add(s.flowTimeout))
+	if err != nil {
+		return s.replayUnchecked(e, err)
+	}
+	if !first {
+		return s.alreadyRan(e)
+	}
+	return nil
+}
+
+func (s *Server) replayUnchecked(e *entry, err error) *mcp.CallToolResult {
+	s.log.Warn("requestState not checked: replay store unavailable; not running the tool",
+		zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name), zap.Error(err))
+	return errorResult("%s on board %s was not run: the bridge could not check that this requestState was not already used (%v), so nothing was sent to the board. "+
+		"Retry the same request in a few seconds.", e.tool.Name, e.label(), err)
+}
+
+func (s *Server) alreadyRan(e *entry) *mcp.CallToolResult {
+	s.log.Info("requestState replayed; not running the tool again", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
+	return errorResult("%s on board %s was not run again: the form of this call was already answered, and that answer ran it (on this bridge or another one sharing its flow secret); "+
+		"its result went to that request. Do not resend this requestState. If the result was lost, check the board's state first; "+
+		"to run the tool once more, make a new tools/call without requestState.", e.tool.Name, e.label())
+}
+
+func mrtrKey(call string) string { return "mrtr." + call }
+
+// spentKey derives a call id from a requestState that carries none.
+func spentKey(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:16])
+}
+
+// newCallID names a new MRTR call.
+func newCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // callState is what a requestState carries between MRTR rounds. It is
@@ -335,6 +420,7 @@ type callState struct {
 	Round int        `json:"r"`
 	Exp   int64      `json:"x"` // Unix ms
 	Plan  *flow.Plan `json:"p"`
+	Call  string     `json:"c,omitempty"` // the call's id, the same in all its rounds
 }
 
 var b64 = base64.RawURLEncoding

@@ -182,6 +182,7 @@ type Server struct {
 	confirm     []string // lower-case patterns of tools that need confirmation
 	flowTimeout time.Duration
 	stateKey    []byte // signs requestStates
+	spent       flow.SpentStore
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
 	remembered map[string][]device.Tool
