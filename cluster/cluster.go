@@ -48,7 +48,46 @@ type Config struct {
 	// (default 5 minutes): the holder still applies the board's own call
 	// timeouts.
 	RemoteCallLimit time.Duration
+	// CatalogGCInterval is how often the node with the lowest id among the
+	// live nodes looks for tool catalogs no board record references
+	// (default 10 minutes).
+	CatalogGCInterval time.Duration
+	// CatalogGrace is how long a catalog must stay unreferenced, at an
+	// unchanged revision, before it is deleted (default 30 minutes). It
+	// must be well above opTimeout: a node stores a catalog shortly before
+	// the board record that references it.
+	CatalogGrace time.Duration
+	// Observer, when set, is told about routed calls and failed directory
+	// writes (observe.Metrics implements it).
+	Observer Observer
 }
+
+// Observer receives what a node does, for metrics. Its methods are called
+// on the node's paths, so they must be quick.
+type Observer interface {
+	// RoutedCallDone: a routed call ended. direction is DirectionOut (this
+	// node called a board another node holds) or DirectionIn (this node
+	// answered a call for one of its boards); code is "" on success.
+	RoutedCallDone(direction string, code device.Code, took time.Duration)
+	// RoutedCallNoResponder: an outgoing call found no node answering on
+	// the holder's subject (it counts as offline in RoutedCallDone too).
+	RoutedCallNoResponder()
+	// DirectoryWriteFailed: a write to one of the fleet's buckets
+	// ("boards", "catalogs", "nodes") failed.
+	DirectoryWriteFailed(bucket string)
+}
+
+// Directions of a routed call, as Observer.RoutedCallDone reports them.
+const (
+	DirectionOut = "out"
+	DirectionIn  = "in"
+)
+
+type nopObserver struct{}
+
+func (nopObserver) RoutedCallDone(string, device.Code, time.Duration) {}
+func (nopObserver) RoutedCallNoResponder()                            {}
+func (nopObserver) DirectoryWriteFailed(string)                       {}
 
 // DefaultNodeID is the host name plus a short random suffix, so that two
 // bridges on one machine (or a restarted one) never share an id.
@@ -100,9 +139,17 @@ type Heartbeat struct {
 
 // remoteBoard is a board another node holds, as the directory says.
 type remoteBoard struct {
-	rev  uint64
-	info device.Info
-	seen time.Time // when this node first read the record
+	rev     uint64
+	info    device.Info
+	catalog string    // digest of its tools
+	seen    time.Time // when this node first read the record
+}
+
+// ownRecord is what this node wrote for one of its own boards.
+type ownRecord struct {
+	rev      uint64
+	deviceID string
+	catalog  string
 }
 
 // Node joins a Hub to a fleet: it publishes the Hub's boards to the
@@ -126,15 +173,27 @@ type Node struct {
 	rewatch []chan struct{}
 	// dirty: a directory write failed; the next heartbeat resyncs.
 	dirty atomic.Bool
+	// reconnected: NATS came back; heartbeats beats at once, then resyncs.
+	reconnected chan struct{}
+	// repairs: another node deleted records of boards this node still
+	// holds (it took this node for dead); publishLocal writes them again.
+	repairs chan struct{}
+	// synced: the boards watch has delivered the directory's current
+	// values since it last (re)started, so the remote view is complete.
+	synced atomic.Bool
+	obs    Observer
 
 	mu       sync.Mutex
 	stopped  bool
 	started  time.Time
-	owned    map[string]uint64        // key → revision this node wrote for its own board
+	owned    map[string]ownRecord     // key → what this node wrote for its own board
 	remote   map[string]*remoteBoard  // key → board another node holds
 	alive    map[string]time.Time     // node → when its last heartbeat arrived (local clock)
+	beatRev  map[string]uint64        // node → revision of its last heartbeat seen
+	lost     map[string]string        // key → device id of an own record another node deleted
+	yielded  map[string]uint64        // key → generation of the local session that yielded it
 	toolsOf  map[string][]device.Tool // catalog digest → tools
-	stored   map[string]bool          // catalog digests this node knows are stored
+	stored   map[string]time.Time     // catalog digest → when this node last wrote it
 	inflight map[string]context.CancelCauseFunc
 }
 
@@ -159,16 +218,46 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if cfg.RemoteCallLimit <= 0 {
 		cfg.RemoteCallLimit = 5 * time.Minute
 	}
+	if cfg.CatalogGCInterval <= 0 {
+		cfg.CatalogGCInterval = 10 * time.Minute
+	}
+	if cfg.CatalogGrace <= 0 {
+		cfg.CatalogGrace = 30 * time.Minute
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
-		started: time.Now(), owned: map[string]uint64{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
-		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{}}
+		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
+		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
+		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{},
+		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{}}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
+		// Nothing is buffered while NATS is away: a routed call or a
+		// directory write fails at once (the call as offline) instead of
+		// waiting for its deadline and then reaching NATS late, when its
+		// caller has given up or the write is stale.
+		nats.ReconnectBufSize(-1),
+		// A partition that drops packets without closing the connection is
+		// noticed within about the offline window, not the default 4 min.
+		nats.PingInterval(max(cfg.OfflineAfter/3, time.Second)), nats.MaxPingsOutstanding(2),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			n.log.Debug("NATS asynchronous error", zap.String("subject", subject), zap.Error(err))
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
-			n.askResync()
+			select {
+			case n.reconnected <- struct{}{}:
+			default:
+			}
 			n.mu.Lock()
 			rewatch := n.rewatch
 			n.mu.Unlock()
@@ -199,11 +288,11 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.beat()
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
-	if err := n.watch("nodes", n.nodes, n.onHeartbeat); err != nil {
+	if err := n.watch("nodes", n.nodes, n.onHeartbeat, nil); err != nil {
 		n.Abandon()
 		return nil, err
 	}
-	if err := n.watch("boards", n.boards, n.onBoard); err != nil {
+	if err := n.watch("boards", n.boards, n.onBoard, &n.synced); err != nil {
 		n.Abandon()
 		return nil, err
 	}
@@ -220,6 +309,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 
 // ID is this node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Connected reports whether the node is connected to NATS now.
+func (n *Node) Connected() bool { return n.nc.IsConnected() }
 
 func (n *Node) bucket(name string) string { return n.cfg.Prefix + "_" + name }
 
@@ -271,7 +363,7 @@ func (n *Node) Stop(ctx context.Context) {
 	}
 	n.mu.Lock()
 	owned := n.owned
-	n.owned = map[string]uint64{}
+	n.owned = map[string]ownRecord{}
 	n.mu.Unlock()
 	if !n.nc.IsConnected() {
 		// Cut off from NATS: the others clean up when the heartbeat lapses.
@@ -279,8 +371,8 @@ func (n *Node) Stop(ctx context.Context) {
 		n.log.Info("left the fleet without NATS; the other nodes clean up after offline_after", zap.Int("boards", len(owned)))
 		return
 	}
-	for key, rev := range owned {
-		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
+	for key, o := range owned {
+		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
 	}
 	_ = n.nodes.Delete(ctx, n.cfg.NodeID)
 	// Subscriptions ended in halt; flush the deletes, then close (Drain
