@@ -301,6 +301,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
+	n.goOwned(n.catalogGC)
 	hub.SetRemote(n)
 	n.log.Info("joined the fleet", zap.String("nats", nc.ConnectedUrlRedacted()),
 		zap.Duration("offline_after", cfg.OfflineAfter))

@@ -26,8 +26,14 @@ import (
 // startNodeWith is startNode with a chosen offline window.
 func startNodeWith(t testing.TB, url, id string, offlineAfter time.Duration) *node {
 	t.Helper()
+	return startNodeCfg(t, Config{URL: url, NodeID: id, OfflineAfter: offlineAfter})
+}
+
+// startNodeCfg is startNode with a configuration of the test's own.
+func startNodeCfg(t testing.TB, cfg Config) *node {
+	t.Helper()
 	hub := device.NewHub(device.HubConfig{ReadyWait: 2 * time.Second}, nil)
-	n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: offlineAfter}, hub, nil)
+	n, err := Start(context.Background(), cfg, hub, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
