@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/observe"
 )
 
 // ClusterConfig joins this bridge to a fleet of bridges over NATS
@@ -91,7 +92,7 @@ func (a *App) startCluster(ctx context.Context) error {
 		return nil
 	}
 	n, err := cluster.Start(ctx, cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
-		Prefix: c.Prefix, Options: c.natsOptions()}, a.Hub, a.log.Named("cluster"))
+		Prefix: c.Prefix, Options: c.natsOptions(), Observer: a.Metrics}, a.Hub, a.log.Named("cluster"))
 	if err != nil {
 		return err
 	}
@@ -102,9 +103,13 @@ func (a *App) startCluster(ctx context.Context) error {
 	if err := a.Metrics.Registry().Register(&fleetCollector{hub: a.Hub.Devices, self: n.ID()}); err != nil {
 		a.log.Warn("fleet metrics not registered", zap.Error(err))
 	}
+	a.Metrics.WatchCluster(n.Connected)
 	a.log.Info("bridge is a node of a fleet", zap.String("node", n.ID()))
 	return nil
 }
+
+// The metrics registry records what the fleet node does.
+var _ cluster.Observer = (*observe.Metrics)(nil)
 
 // Cluster returns the fleet node, or nil when the bridge runs alone.
 func (a *App) Cluster() *cluster.Node {

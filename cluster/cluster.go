@@ -195,6 +195,10 @@ type Node struct {
 	toolsOf  map[string][]device.Tool // catalog digest → tools
 	stored   map[string]time.Time     // catalog digest → when this node last wrote it
 	inflight map[string]context.CancelCauseFunc
+	// outgoing: calls this node routed and waits for, by holder node and
+	// call id, so that they end as offline when the holder is declared
+	// dead or this node loses NATS (the answer can no longer come).
+	outgoing map[string]map[string]context.CancelCauseFunc
 }
 
 // Start connects to NATS, creates the fleet's buckets if needed and joins
@@ -235,7 +239,8 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
 		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
 		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{},
-		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{}}
+		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{},
+		outgoing: map[string]map[string]context.CancelCauseFunc{}}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
 		// Nothing is buffered while NATS is away: a routed call or a
 		// directory write fails at once (the call as offline) instead of
@@ -272,6 +277,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 			if err != nil {
 				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
 			}
+			n.failOutgoing("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
 		})}, cfg.Options...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
@@ -403,6 +409,11 @@ func (n *Node) halt() bool {
 	n.stopped = true
 	for _, c := range n.inflight {
 		c(device.ErrShutdown)
+	}
+	for _, calls := range n.outgoing {
+		for _, c := range calls {
+			c(device.ErrShutdown)
+		}
 	}
 	n.mu.Unlock()
 	n.hub.SetRemote(nil)

@@ -558,6 +558,7 @@ func (n *Node) nodeDead(node, why string) {
 		}
 	}
 	n.mu.Unlock()
+	n.failOutgoing(node, fmt.Errorf("%w: node %s %s while the call ran; its outcome is unknown", device.ErrOffline, node, why))
 	if !was && len(gone) == 0 {
 		return
 	}
