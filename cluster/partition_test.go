@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -275,8 +276,9 @@ func attachAll(t *testing.T, f fleet, holders map[string]string) {
 // TestShortPartition: x is cut off for less than the offline window. Its
 // own boards keep answering; its calls to remote boards fail at once as
 // offline, and so do the others' calls to its boards; a and b keep
-// working with each other. After NATS returns, routed calls work both ways
-// and every node lists every board once, with its holder.
+// working with each other, and the fleet changes meanwhile. After NATS
+// returns, routed calls work both ways and every node lists every board
+// once, with its holder, x included (its restarted watches caught up).
 func TestShortPartition(t *testing.T) {
 	// A window far longer than the cut: nobody declares anyone dead.
 	f, p, dir := partitioned(t, 20*time.Second)
@@ -300,18 +302,32 @@ func TestShortPartition(t *testing.T) {
 		require.Equal(t, device.CodeOffline, device.CodeOf(err), "%v", err)
 	}
 	require.NoError(t, ctx.Err(), "no call waited for its deadline")
+	// The fleet changes while x cannot see it: a board leaves b, another
+	// joins a.
+	s, ok := f["b"].hub.Session("bb:00:00:00:00:01")
+	require.True(t, ok)
+	s.Close(errors.New("bye"))
+	f["a"].attach(t, "aa:00:00:00:00:07", nil)
+	holders := map[string]string{"aa:00:00:00:00:07": "a"}
+	for mac, id := range partitionBoards {
+		if mac != "bb:00:00:00:00:01" {
+			holders[mac] = id
+		}
+	}
+	require.Eventually(t, func() bool { return dir.ready("aa:00:00:00:00:07") && !dir.has("bb:00:00:00:00:01") },
+		10*time.Second, 10*time.Millisecond)
 	before := dir.writesTo("ee:00:00:00:00:01")
 
 	p.Restore()
 	require.Eventually(t, func() bool {
 		return status(ctx, f["x"].hub, "aa:00:00:00:00:01") == nil && status(ctx, f["a"].hub, "ee:00:00:00:00:02") == nil &&
-			status(ctx, f["b"].hub, "ee:00:00:00:00:01") == nil && status(ctx, f["x"].hub, "bb:00:00:00:00:01") == nil
+			status(ctx, f["b"].hub, "ee:00:00:00:00:01") == nil && status(ctx, f["x"].hub, "aa:00:00:00:00:07") == nil
 	}, 20*time.Second, 50*time.Millisecond, "routed calls work both ways after NATS returns")
-	requireConsistent(t, f, dir, partitionBoards)
+	requireConsistent(t, f, dir, holders)
 	// A short cut costs no directory write: x's records were still right.
 	dir.waitBeats(t, "x", 2)
 	require.Equal(t, before, dir.writesTo("ee:00:00:00:00:01"), "x rewrote an unchanged record")
-	requireConsistent(t, f, dir, partitionBoards)
+	requireConsistent(t, f, dir, holders)
 }
 
 // TestLongPartition: x is cut off for longer than the offline window. The
