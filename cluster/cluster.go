@@ -192,6 +192,7 @@ type Node struct {
 	beatRev  map[string]uint64        // node → revision of its last heartbeat seen
 	lost     map[string]string        // key → device id of an own record another node deleted
 	yielded  map[string]uint64        // key → generation of the local session that yielded it
+	unerased map[string]ownRecord     // key → own record whose delete failed (cut off); retried on resync
 	toolsOf  map[string][]device.Tool // catalog digest → tools
 	stored   map[string]time.Time     // catalog digest → when this node last wrote it
 	inflight map[string]context.CancelCauseFunc
@@ -238,7 +239,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
 		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
 		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
-		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{},
+		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{}, unerased: map[string]ownRecord{},
 		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{},
 		outgoing: map[string]map[string]context.CancelCauseFunc{}}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
@@ -371,6 +372,10 @@ func (n *Node) Stop(ctx context.Context) {
 	n.mu.Lock()
 	owned := n.owned
 	n.owned = map[string]ownRecord{}
+	for key, o := range n.unerased {
+		owned[key] = o
+	}
+	n.unerased = map[string]ownRecord{}
 	n.mu.Unlock()
 	if !n.nc.IsConnected() {
 		// Cut off from NATS: the others clean up when the heartbeat lapses.

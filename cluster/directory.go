@@ -55,12 +55,53 @@ func (n *Node) publishLocal(sub *device.Subscription) {
 // backlog, and when NATS comes back (the others may have cleaned this
 // node's boards up while it was cut off).
 func (n *Node) resyncLocal() {
+	n.eraseLeft()
 	for _, s := range n.hub.Sessions() {
 		info := s.Info()
 		if info.State != device.StateClosed {
 			n.putBoard(info)
 		}
 	}
+}
+
+// eraseLeft deletes the records of boards that left this node while their
+// delete could not be written (cut off from NATS): otherwise the fleet
+// would list them on this node for good. A board that is back on this node
+// meanwhile is left to the resync's put.
+func (n *Node) eraseLeft() {
+	n.mu.Lock()
+	left := n.unerased
+	n.unerased = map[string]ownRecord{}
+	n.mu.Unlock()
+	for key, o := range left {
+		if _, back := n.hub.Session(o.deviceID); back {
+			continue
+		}
+		n.erase(key, o)
+	}
+}
+
+// erase deletes one of this node's records, conditional on the revision
+// it wrote; a failure other than a newer revision is retried on resync.
+func (n *Node) erase(key string, o ownRecord) {
+	err := errors.New("cut off from NATS")
+	if n.nc.IsConnected() {
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+		err = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
+		cancel()
+	}
+	if err == nil || casConflict(err) || n.ctx.Err() != nil {
+		return
+	}
+	if n.nc.IsConnected() {
+		n.obs.DirectoryWriteFailed("boards")
+	}
+	n.mu.Lock()
+	if _, mine := n.owned[key]; !mine && !n.stopped {
+		n.unerased[key] = o
+	}
+	n.mu.Unlock()
+	n.dirty.Store(true)
 }
 
 // repairLost writes again the records of this node's boards that another
@@ -139,6 +180,7 @@ func (n *Node) putBoard(info device.Info) {
 	data, _ := json.Marshal(rec)
 	own := func(rev uint64) {
 		n.mu.Lock()
+		delete(n.unerased, key)
 		if !n.stopped {
 			n.owned[key] = ownRecord{rev: rev, deviceID: info.DeviceID, catalog: rec.Catalog}
 		}
@@ -194,23 +236,17 @@ func (n *Node) putBoard(info device.Info) {
 func (n *Node) deleteBoard(info device.Info) {
 	key := keyFor(info.DeviceID)
 	n.mu.Lock()
-	rev := n.owned[key].rev
+	o, ok := n.owned[key]
 	delete(n.owned, key)
 	delete(n.lost, key)
 	if n.yielded[key] == info.Generation {
 		delete(n.yielded, key)
 	}
 	n.mu.Unlock()
-	if rev == 0 {
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
-	defer cancel()
-	if err := n.boards.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && n.ctx.Err() == nil && !casConflict(err) {
-		// Cut off, most likely: the others delete it when this node's
-		// heartbeat lapses, or this node's next resync leaves it out.
-		n.obs.DirectoryWriteFailed("boards")
-	}
+	n.erase(key, o)
 }
 
 // casConflict: a conditional write found another revision (someone else

@@ -303,14 +303,17 @@ func TestShortPartition(t *testing.T) {
 	}
 	require.NoError(t, ctx.Err(), "no call waited for its deadline")
 	// The fleet changes while x cannot see it: a board leaves b, another
-	// joins a.
+	// joins a; and one of x's boards leaves x, which x cannot write.
 	s, ok := f["b"].hub.Session("bb:00:00:00:00:01")
 	require.True(t, ok)
 	s.Close(errors.New("bye"))
 	f["a"].attach(t, "aa:00:00:00:00:07", nil)
+	s, ok = f["x"].hub.Session("ee:00:00:00:00:02")
+	require.True(t, ok)
+	s.Close(errors.New("bye"))
 	holders := map[string]string{"aa:00:00:00:00:07": "a"}
 	for mac, id := range partitionBoards {
-		if mac != "bb:00:00:00:00:01" {
+		if mac != "bb:00:00:00:00:01" && mac != "ee:00:00:00:00:02" {
 			holders[mac] = id
 		}
 	}
@@ -320,7 +323,7 @@ func TestShortPartition(t *testing.T) {
 
 	p.Restore()
 	require.Eventually(t, func() bool {
-		return status(ctx, f["x"].hub, "aa:00:00:00:00:01") == nil && status(ctx, f["a"].hub, "ee:00:00:00:00:02") == nil &&
+		return status(ctx, f["x"].hub, "aa:00:00:00:00:01") == nil && status(ctx, f["a"].hub, "ee:00:00:00:00:01") == nil &&
 			status(ctx, f["b"].hub, "ee:00:00:00:00:01") == nil && status(ctx, f["x"].hub, "aa:00:00:00:00:07") == nil
 	}, 20*time.Second, 50*time.Millisecond, "routed calls work both ways after NATS returns")
 	requireConsistent(t, f, dir, holders)
