@@ -326,9 +326,16 @@ func requireTokens(list []string, next http.Handler) http.Handler {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	_, _ = w.Write(encodeJSON(v))
+}
+
+// encodeJSON renders a response body the way every route sends it.
+func encodeJSON(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+	return buf.Bytes()
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

@@ -40,6 +40,36 @@ type InteractionOptions struct {
 	MaxPerOwner int
 	MaxPrompts  int
 	MaxDuration time.Duration
+	// Node, in a fleet, names this node ("" alone); it is read at every
+	// Start. Ids of interactions started here are then "<node>.<id>", so
+	// that any node can tell which node holds one.
+	Node func() string
+	// Forward sends an answer, state or cancel request for an interaction
+	// another node holds to that node, which serves it with
+	// ServeForwardedInteraction, and returns its reply. An error wrapping
+	// ErrHolderGone means no node answers for it. nil: ids of other nodes
+	// are unknown here.
+	Forward func(ctx context.Context, node string, req []byte) ([]byte, error)
+}
+
+// ErrHolderGone is what Forward returns when the node that holds an
+// interaction no longer answers: the interaction is gone with it.
+var ErrHolderGone = errors.New("the node that holds the interaction does not answer")
+
+// forwardedOp is a request for an interaction held by another node: the
+// caller's identity as the receiving node computed it, and the operation.
+type forwardedOp struct {
+	Op     string          `json:"op"` // respond, state, cancel
+	Owner  string          `json:"owner"`
+	ID     string          `json:"id"` // as the client gave it
+	Value  json.RawMessage `json:"value,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+}
+
+// forwardedReply is the holder's HTTP answer, to be sent as it stands.
+type forwardedReply struct {
+	Status int    `json:"status"`
+	Body   string `json:"body"` // a string, so that it is sent byte for byte
 }
 
 // InteractionStart is the body of POST /api/devices/{id}/interactions:
@@ -198,9 +228,12 @@ func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
 	}
 	step, err := s.flow.Start(r.Context(), interactionOwner(r), interactionKey(id, req.Name), req.Arguments, flow.StartOptions{Guided: req.Guided})
 	if err != nil {
-		writeInteractionError(w, err)
+		status, body := interactionError(err, "", "")
+		writeResult(w, status, body)
 		return
 	}
+	local := step.SessionID
+	step.SessionID = s.publicID(local)
 	writeJSON(w, http.StatusOK, step)
 }
 
@@ -212,45 +245,147 @@ func (s *Server) answerInteraction(w http.ResponseWriter, r *http.Request) {
 	if len(req.Value) == 0 {
 		req.Value = json.RawMessage("null")
 	}
-	step, err := s.flow.Respond(r.Context(), interactionOwner(r), r.PathValue("sid"), req.Value)
-	if err != nil {
-		writeInteractionError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, step)
+	s.dispatch(w, r, forwardedOp{Op: "respond", ID: r.PathValue("sid"), Value: req.Value})
 }
 
 func (s *Server) interactionState(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.flow.GetState(interactionOwner(r), r.PathValue("sid"))
-	if err != nil {
-		writeInteractionError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, snap)
+	s.dispatch(w, r, forwardedOp{Op: "state", ID: r.PathValue("sid")})
 }
 
 func (s *Server) cancelInteraction(w http.ResponseWriter, r *http.Request) {
-	sid := r.PathValue("sid")
-	if err := s.flow.Cancel(interactionOwner(r), sid, r.URL.Query().Get("reason")); err != nil {
-		writeInteractionError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"cancelled": true, "sessionId": sid})
+	s.dispatch(w, r, forwardedOp{Op: "cancel", ID: r.PathValue("sid"), Reason: r.URL.Query().Get("reason")})
 }
 
-// writeInteractionError maps the engine's errors onto the control API's:
-// a missing board or tool as for a call, the flow codes by what a client
-// should do about them.
-func writeInteractionError(w http.ResponseWriter, err error) {
+// self is this node's id in a fleet, "" alone.
+func (s *Server) self() string {
+	if f := s.opts.Interactions.Node; f != nil {
+		return f()
+	}
+	return ""
+}
+
+// publicID is the id a client sees for a local interaction id.
+func (s *Server) publicID(local string) string {
+	if node := s.self(); node != "" {
+		return node + "." + local
+	}
+	return local
+}
+
+// holder splits a client's id into the node that holds the interaction
+// and the engine's id there; node is "" for an id without a node.
+func holder(id string) (node, local string) {
+	if n, l, ok := strings.Cut(id, "."); ok && n != "" {
+		return n, l
+	}
+	return "", id
+}
+
+// dispatch serves an operation on an interaction here, or forwards it to
+// the node that holds it and sends that node's answer as it stands, so
+// that statuses and error codes are the same wherever the client lands.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, op forwardedOp) {
+	op.Owner = interactionOwner(r)
+	node, _ := holder(op.ID)
+	forward := s.opts.Interactions.Forward
+	if node == "" || node == s.self() || forward == nil {
+		status, body := s.runInteraction(r.Context(), op)
+		writeResult(w, status, body)
+		return
+	}
+	req, _ := json.Marshal(op)
+	data, err := forward(r.Context(), node, req)
+	var rep forwardedReply
+	if err == nil {
+		err = json.Unmarshal(data, &rep)
+	}
+	switch {
+	case err == nil && rep.Status != 0:
+	case errors.Is(err, ErrHolderGone):
+		writeError(w, http.StatusNotFound, "unknown_interaction", fmt.Sprintf(
+			"Interaction %s was held by node %s, which is no longer in the fleet: it is gone with that node. Start a new one (POST /api/devices/{id}/interactions).", op.ID, node))
+		return
+	default:
+		if err == nil {
+			err = errors.New("empty reply")
+		}
+		s.log.Warn("could not reach the node that holds an interaction", zap.String("peer", node), zap.Error(err))
+		writeError(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("interaction %s is held by node %s, which could not be reached: %v; retry", op.ID, node, err))
+		return
+	}
+	if rep.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(rep.Status)
+	_, _ = io.WriteString(w, rep.Body)
+}
+
+// ServeForwardedInteraction serves an operation another node forwarded
+// (InteractionOptions.Forward) on an interaction this node holds, and
+// returns the reply that node sends its client as it stands.
+func (s *Server) ServeForwardedInteraction(ctx context.Context, req []byte) []byte {
+	var op forwardedOp
+	var status int
+	var body any
+	if s.flow == nil {
+		status, body = http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: "not_found", Message: "interactions are off on this node"}}
+	} else if err := json.Unmarshal(req, &op); err != nil {
+		status, body = http.StatusBadRequest, ErrorBody{Error: ErrorDetail{Code: "bad_request", Message: "unreadable forwarded interaction request"}}
+	} else {
+		status, body = s.runInteraction(ctx, op)
+	}
+	out, _ := json.Marshal(forwardedReply{Status: status, Body: string(encodeJSON(body))})
+	return out
+}
+
+// runInteraction runs an answer, state or cancel operation on this node's
+// engine and returns the HTTP status and body to send.
+func (s *Server) runInteraction(ctx context.Context, op forwardedOp) (int, any) {
+	_, local := holder(op.ID)
+	switch op.Op {
+	case "respond":
+		step, err := s.flow.Respond(ctx, op.Owner, local, op.Value)
+		if err != nil {
+			return interactionError(err, local, op.ID)
+		}
+		step.SessionID = s.publicID(step.SessionID)
+		return http.StatusOK, step
+	case "state":
+		snap, err := s.flow.GetState(op.Owner, local)
+		if err != nil {
+			return interactionError(err, local, op.ID)
+		}
+		snap.SessionID = s.publicID(snap.SessionID)
+		return http.StatusOK, snap
+	case "cancel":
+		if err := s.flow.Cancel(op.Owner, local, op.Reason); err != nil {
+			return interactionError(err, local, op.ID)
+		}
+		return http.StatusOK, map[string]any{"cancelled": true, "sessionId": op.ID}
+	}
+	return http.StatusBadRequest, ErrorBody{Error: ErrorDetail{Code: "bad_request", Message: "unknown interaction operation " + op.Op}}
+}
+
+func writeResult(w http.ResponseWriter, status int, body any) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, body)
+}
+
+// interactionError maps the engine's errors onto the control API's: a
+// missing board or tool as for a call, the flow codes by what a client
+// should do about them. Messages name the interaction by the id the
+// client knows (public) rather than the engine's (local).
+func interactionError(err error, local, public string) (int, any) {
 	var le *lookupError
 	if errors.As(err, &le) {
-		writeErrorDetail(w, le.status, le.detail)
-		return
+		return le.status, ErrorBody{Error: le.detail}
 	}
 	var fe *flow.Error
 	if !errors.As(err, &fe) {
-		writeError(w, http.StatusInternalServerError, "interaction_failed", err.Error())
-		return
+		return http.StatusInternalServerError, ErrorBody{Error: ErrorDetail{Code: "interaction_failed", Message: err.Error()}}
 	}
 	status, code := http.StatusConflict, "interaction_state"
 	switch fe.Code {
@@ -267,7 +402,11 @@ func writeInteractionError(w http.ResponseWriter, err error) {
 	case flow.CodeNotInteractive:
 		code = "not_interactive"
 	}
-	detail := ErrorDetail{Code: code, Message: fe.Message}
+	msg := fe.Message
+	if local != "" && public != local {
+		msg = strings.ReplaceAll(msg, local, public)
+	}
+	detail := ErrorDetail{Code: code, Message: msg}
 	if m, ok := fe.Data.(map[string]any); ok {
 		if ps, ok := m["problems"].([]flow.Problem); ok {
 			for _, p := range ps {
@@ -275,5 +414,5 @@ func writeInteractionError(w http.ResponseWriter, err error) {
 			}
 		}
 	}
-	writeErrorDetail(w, status, detail)
+	return status, ErrorBody{Error: detail}
 }

@@ -36,6 +36,9 @@ type App struct {
 	mcp *tools.Server
 	// ota is the OTA endpoint and admission; nil when OTA is off.
 	ota *ota.Server
+	// apiSrv is the control API, kept to serve interactions other nodes
+	// forward here.
+	apiSrv *api.Server
 	// deviceTLS and controlTLS say whether the listeners serve TLS.
 	deviceTLS, controlTLS bool
 	// Metrics owns the Prometheus registry served on /metrics.
@@ -183,6 +186,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	apiSrv := api.New(a.Hub, a.apiOptions(), a.log.Named("api"))
 	apiSrv.Register(controlMux)
+	a.apiSrv = apiSrv
 	if a.ota != nil {
 		a.ota.RegisterControl(controlMux, api.RequireTokens(a.cfg.Control.Tokens))
 	}

@@ -12,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/observe"
+	"github.com/devicebridge/devicebridge/ota"
 )
 
 // ClusterConfig joins this bridge to a fleet of bridges over NATS
@@ -91,8 +93,18 @@ func (a *App) startCluster(ctx context.Context) error {
 	if c.NATSURL == "" {
 		return nil
 	}
-	n, err := cluster.Start(ctx, cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
-		Prefix: c.Prefix, Options: c.natsOptions(), Observer: a.Metrics}, a.Hub, a.log.Named("cluster"))
+	cc := cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
+		Prefix: c.Prefix, Options: c.natsOptions(), Observer: a.Metrics}
+	if a.ota != nil {
+		cc.Advertise = func() cluster.Endpoints {
+			ws, mq := a.ota.Advertised()
+			return cluster.Endpoints{WebSocketURL: ws, MQTTEndpoint: mq}
+		}
+	}
+	if a.apiSrv != nil {
+		cc.Interactions = a.apiSrv.ServeForwardedInteraction
+	}
+	n, err := cluster.Start(ctx, cc, a.Hub, a.log.Named("cluster"))
 	if err != nil {
 		return err
 	}
@@ -100,6 +112,18 @@ func (a *App) startCluster(ctx context.Context) error {
 	a.cluster = n
 	a.mu.Unlock()
 	a.onShutdown(n.Stop)
+	if a.ota != nil && a.ota.Balanced() {
+		a.ota.SetPlacement(func(transport string) (ota.Target, bool) { return leastLoaded(n, transport) })
+		a.onShutdown(func(context.Context) { a.ota.SetPlacement(nil) })
+		if ws, mq := a.ota.Advertised(); ws == "" && mq == "" {
+			a.log.Warn("ota.balance is on but this node offers no public device endpoint, so no other node sends boards here: " +
+				"set ota.websocket_url (and ota.mqtt_endpoint), or bind the device listener to one IP")
+		}
+		if a.cfg.OTA.Secret == "" {
+			a.log.Warn("ota.balance is on without ota.secret: a board sent to another node is refused there if that node requires credentials, " +
+				"since each node derives them from its own secret; give every node the same ota.secret")
+		}
+	}
 	if err := a.Metrics.Registry().Register(&fleetCollector{hub: a.Hub.Devices, self: n.ID()}); err != nil {
 		a.log.Warn("fleet metrics not registered", zap.Error(err))
 	}
@@ -110,6 +134,46 @@ func (a *App) startCluster(ctx context.Context) error {
 
 // The metrics registry records what the fleet node does.
 var _ cluster.Observer = (*observe.Metrics)(nil)
+
+// leastLoaded is the OTA placement of ota.balance least_loaded: the live
+// node with the fewest boards that offers the transport; on a tie this
+// node, then the first by id. ok false keeps the board here.
+func leastLoaded(n *cluster.Node, transport string) (ota.Target, bool) {
+	var best *cluster.Heartbeat
+	nodes := n.Nodes()
+	for i := range nodes {
+		hb := &nodes[i]
+		offers := hb.WebSocketURL != ""
+		if transport == ota.TransportMQTT {
+			offers = hb.MQTTEndpoint != ""
+		}
+		if hb.Node != n.ID() && !offers {
+			continue
+		}
+		if best == nil || hb.Boards < best.Boards || (hb.Boards == best.Boards && hb.Node == n.ID()) {
+			best = hb
+		}
+	}
+	if best == nil || best.Node == n.ID() {
+		return ota.Target{}, false
+	}
+	n.Placed(best.Node)
+	return ota.Target{Node: best.Node, WebSocketURL: best.WebSocketURL, MQTTEndpoint: best.MQTTEndpoint}, true
+}
+
+// forwardInteraction hands a control-API interaction request to the node
+// that holds the interaction (api.InteractionOptions.Forward).
+func (a *App) forwardInteraction(ctx context.Context, node string, req []byte) ([]byte, error) {
+	n := a.Cluster()
+	if n == nil {
+		return nil, fmt.Errorf("%w: this bridge is not in a fleet", api.ErrHolderGone)
+	}
+	data, err := n.ForwardInteraction(ctx, node, req)
+	if errors.Is(err, cluster.ErrNodeGone) {
+		return nil, fmt.Errorf("%w: %v", api.ErrHolderGone, err)
+	}
+	return data, err
+}
 
 // Cluster returns the fleet node, or nil when the bridge runs alone.
 func (a *App) Cluster() *cluster.Node {

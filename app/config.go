@@ -139,6 +139,9 @@ func (c Config) Validate() error {
 	if err := c.MQTT.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.MQTT.SharedBroker && c.Cluster.NATSURL == "" {
+		errs = append(errs, errors.New("mqtt.shared_broker needs a fleet (cluster.nats_url, --nats): the nodes decide through it who serves which board"))
+	}
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -149,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.OTA.Enabled && c.OTA.Balance != "" && c.Cluster.NATSURL == "" {
+		errs = append(errs, fmt.Errorf("ota.balance %q spreads boards over a fleet: set cluster.nats_url (--nats) too, or leave ota.balance empty", c.OTA.Balance))
 	}
 	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
 	return errors.Join(errs...)

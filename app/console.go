@@ -31,6 +31,15 @@ func (a *App) addConsole(o *api.Options) {
 		o.Interactions = &api.InteractionOptions{
 			NeedsConfirm: func(t device.Tool) bool { return tools.NeedsConfirm(confirm, t) },
 			Timeout:      f.Timeout, MaxPerOwner: f.MaxPerCaller, MaxPrompts: f.MaxPrompts, MaxDuration: f.MaxDuration,
+			// In a fleet, an interaction's id names the node that holds
+			// it, and the other nodes forward to it over NATS.
+			Node: func() string {
+				if n := a.Cluster(); n != nil {
+					return n.ID()
+				}
+				return ""
+			},
+			Forward: a.forwardInteraction,
 		}
 	}
 	o.Console = console.Handler()

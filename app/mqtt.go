@@ -41,9 +41,16 @@ const DefaultMQTTListen = broker.DefaultListen
 //     own uplink topic and the broker must deliver downlink to them (see
 //     docs/mqtt.md). Username, Password, ClientID and TLS are the bridge's
 //     own on that broker.
+//   - SharedBroker says that every node of the fleet (cluster.nats_url)
+//     connects to this one external Broker: each board is then held by
+//     exactly one node, claimed in the fleet directory when first heard,
+//     and adopted by a survivor when its node dies or stops. Without it,
+//     each node serves every board it hears (right for the embedded broker
+//     or a broker per node).
 type MQTTConfig struct {
 	GatewayConfig `yaml:",inline"`
 	BrokerConfig  `yaml:",inline"`
+	SharedBroker  bool `yaml:"shared_broker"`
 }
 
 // The component configs MQTTConfig embeds. Aliases give the embedded
@@ -100,6 +107,9 @@ func (c MQTTConfig) validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.SharedBroker && c.Broker == "" {
+		errs = append(errs, errors.New("mqtt.shared_broker needs mqtt.broker: the embedded broker is each node's own"))
+	}
 	if c.MaxPacketSize < 0 {
 		errs = append(errs, errors.New("mqtt.max_packet_size must not be negative"))
 	}
@@ -112,6 +122,7 @@ func (c MQTTConfig) validate() error {
 func registerMQTTFlags(fs *flag.FlagSet, c *MQTTConfig) {
 	fs.StringVar(&c.Listen, "mqtt-listen", c.Listen, `address of the embedded MQTT broker ("" disables it)`)
 	fs.StringVar(&c.Broker, "mqtt-broker", c.Broker, "use this external MQTT broker instead of the embedded one (tcp://host:1883, ssl://host:8883)")
+	fs.BoolVar(&c.SharedBroker, "mqtt-shared-broker", c.SharedBroker, "every node of the fleet uses this one --mqtt-broker: each board is served by exactly one node, and moves to a survivor when its node goes (needs --nats)")
 	fs.StringVar(&c.Username, "mqtt-username", c.Username, "the bridge's username on the external broker")
 	fs.StringVar(&c.Password, "mqtt-password", c.Password, "the bridge's password on the external broker")
 	fs.StringVar(&c.ClientID, "mqtt-client-id", c.ClientID, "the bridge's client id on the external broker (default devicebridge-<random>)")
@@ -230,6 +241,13 @@ func (a *App) startMQTT(ctx context.Context) error {
 	g, err := mqtt.NewGateway(gw, a.Hub, presence, log.Named("gateway"))
 	if err != nil {
 		return err
+	}
+	if c.SharedBroker {
+		// The fleet decides which node serves which board; it hands this
+		// gateway the boards of nodes that leave.
+		if err := g.SetOwner(a.Cluster().ShareBoards(mqtt.TransportName, g.Adopt)); err != nil {
+			return err
+		}
 	}
 	if err := g.Start(); err != nil {
 		return err

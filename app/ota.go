@@ -82,6 +82,7 @@ func registerOTAFlags(fs *flag.FlagSet, c *OTAConfig, t *TLSConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for board approvals and the credential secret (default: none, kept in memory)")
 	fs.StringVar(&c.WebSocketURL, "ota-websocket-url", c.WebSocketURL, "websocket.url handed to boards (default: from the request's Host and the device port)")
 	fs.StringVar(&c.MQTTEndpoint, "ota-mqtt-endpoint", c.MQTTEndpoint, "mqtt.endpoint host:port handed to boards (default: from the request's Host and the broker port)")
+	fs.StringVar(&c.Balance, "ota-balance", c.Balance, "with --nats: least_loaded sends each booting board to the live node with the fewest boards (default: the node it asked)")
 	fs.Var(stringList{&c.Allow}, "ota-allow", "admit only this board MAC without approval (repeatable)")
 	fs.BoolVar(&c.Approval, "ota-approval", c.Approval, "unknown boards show an activation code and wait for POST /api/ota/devices/{id|code}/approve")
 	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports (implied by --ota-allow and --ota-approval)")
@@ -116,7 +117,7 @@ func (a *App) OTA() *ota.Server { return a.ota }
 func (a *App) otaNetwork() ota.Network {
 	n := ota.Network{DeviceTLS: a.deviceTLS, WebSocketPath: a.WS.Path()}
 	if a.deviceLn != nil {
-		_, n.DevicePort, _ = net.SplitHostPort(a.deviceLn.Addr().String())
+		n.DeviceHost, n.DevicePort = boundHostPort(a.deviceLn.Addr())
 	}
 	gw := a.cfg.MQTT.gateway()
 	topics := gw.Topics.WithDefaults()
@@ -126,7 +127,7 @@ func (a *App) otaNetwork() ota.Network {
 	case side.broker != nil:
 		n.MQTT, n.MQTTEmbedded = true, true
 		if addr := side.broker.Addr(); addr != nil {
-			_, n.MQTTPort, _ = net.SplitHostPort(addr.String())
+			n.MQTTBindHost, n.MQTTPort = boundHostPort(addr)
 		}
 	case side.gateway != nil:
 		// An external broker: boards dial it where the bridge does, unless
@@ -139,6 +140,19 @@ func (a *App) otaNetwork() ota.Network {
 		}
 	}
 	return n
+}
+
+// boundHostPort splits a listener's address: the host only when it is one
+// IP (a listener on 0.0.0.0 or :: has no address to hand out).
+func boundHostPort(addr net.Addr) (host, port string) {
+	h, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "", ""
+	}
+	if ip := net.ParseIP(h); ip != nil && !ip.IsUnspecified() {
+		host = h
+	}
+	return host, port
 }
 
 // issuedMQTT is what the embedded broker is told about OTA credentials.

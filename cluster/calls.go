@@ -65,7 +65,60 @@ func (n *Node) serveCalls() error {
 		return fmt.Errorf("cluster: subscribe to cancellations: %w", err)
 	}
 	n.subs = append(n.subs, call, cancel)
+	if h := n.cfg.Interactions; h != nil {
+		sub, err := n.nc.Subscribe(n.subject("interaction", n.cfg.NodeID), func(m *nats.Msg) {
+			n.goOwned(func() {
+				ctx, cancel := n.deadlineOf(m)
+				defer cancel()
+				if err := m.Respond(h(ctx, m.Data)); err != nil && n.ctx.Err() == nil {
+					n.log.Debug("could not answer a forwarded interaction request", zap.Error(err))
+				}
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("cluster: subscribe to interactions: %w", err)
+		}
+		n.subs = append(n.subs, sub)
+	}
 	return nil
+}
+
+// deadlineOf is the node's context bounded by the caller's deadline, when
+// the request carries one.
+func (n *Node) deadlineOf(m *nats.Msg) (context.Context, context.CancelFunc) {
+	if d, err := time.Parse(time.RFC3339Nano, m.Header.Get(hdrDeadline)); err == nil {
+		return context.WithDeadline(n.ctx, d)
+	}
+	return context.WithCancel(n.ctx)
+}
+
+// ErrNodeGone: no node answers on the subject of the node asked for.
+var ErrNodeGone = errors.New("the node does not answer")
+
+// ForwardInteraction sends a request for a control-API interaction to the
+// node that holds it (Config.Interactions there) and returns its reply.
+// The caller's deadline travels with it (RemoteCallLimit without one). An
+// error wraps ErrNodeGone when that node is not in the fleet any more.
+func (n *Node) ForwardInteraction(ctx context.Context, node string, req []byte) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.RemoteCallLimit)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	if sanitize(node) != node {
+		return nil, fmt.Errorf("%w: %q is not a node id", ErrNodeGone, node)
+	}
+	msg := &nats.Msg{Subject: n.subject("interaction", node), Data: req, Header: nats.Header{}}
+	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	resp, err := n.nc.RequestMsgWithContext(ctx, msg)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("node %s: %w", node, ErrNodeGone)
+	case err != nil:
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	return resp.Data, nil
 }
 
 func (n *Node) answer(m *nats.Msg) {

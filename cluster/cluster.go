@@ -60,6 +60,24 @@ type Config struct {
 	// Observer, when set, is told about routed calls and failed directory
 	// writes (observe.Metrics implements it).
 	Observer Observer
+	// Advertise, when set, says where boards reach this node; every
+	// heartbeat carries it, so that another node's OTA answer can send a
+	// board here (Nodes).
+	Advertise func() Endpoints
+	// Interactions, when set, serves the requests other nodes forward to
+	// the control-API interactions this node holds, on
+	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
+	// request body and returns the reply body.
+	Interactions func(ctx context.Context, req []byte) []byte
+}
+
+// Endpoints are a node's public device endpoints, as a board dials them.
+// An empty one is not offered.
+type Endpoints struct {
+	// WebSocketURL is the ws:// or wss:// URL of the device listener.
+	WebSocketURL string `json:"websocket_url,omitempty"`
+	// MQTTEndpoint is host:port of the node's own (embedded) broker.
+	MQTTEndpoint string `json:"mqtt_endpoint,omitempty"`
 }
 
 // Observer receives what a node does, for metrics. Its methods are called
@@ -128,13 +146,24 @@ type Record struct {
 	ConnectedAt     time.Time `json:"connected_at"`
 	ReadyAt         time.Time `json:"ready_at,omitzero"`
 	Generation      uint64    `json:"generation"`
+	// Claimed: the board reaches every node (MQTT through a shared
+	// broker) and this node holds it by claim; no other node serves it
+	// while this one is alive (see Node.ShareBoards).
+	Claimed bool `json:"claimed,omitempty"`
+	// Released: the holder gave the board up while it is still connected
+	// (the holder is stopping); a survivor adopts it.
+	Released bool `json:"released,omitempty"`
 }
 
-// Heartbeat is a node's liveness key.
+// Heartbeat is a node's liveness key. It also says how loaded the node is
+// and where boards reach it, as of the beat.
 type Heartbeat struct {
 	Node    string    `json:"node"`
 	Started time.Time `json:"started"`
-	Boards  int       `json:"boards"`
+	// Boards is how many boards are connected to the node (its local
+	// sessions, in any state).
+	Boards int `json:"boards"`
+	Endpoints
 }
 
 // remoteBoard is a board another node holds, as the directory says.
@@ -143,6 +172,8 @@ type remoteBoard struct {
 	info    device.Info
 	catalog string    // digest of its tools
 	seen    time.Time // when this node first read the record
+	// claimed, released: the record's flags (see Record).
+	claimed, released bool
 }
 
 // ownRecord is what this node wrote for one of its own boards.
@@ -193,6 +224,8 @@ type Node struct {
 	lost     map[string]string        // key → device id of an own record another node deleted
 	yielded  map[string]uint64        // key → generation of the local session that yielded it
 	unerased map[string]ownRecord     // key → own record whose delete failed (cut off); retried on resync
+	beats    map[string]Heartbeat     // node → its last heartbeat
+	placed   map[string]int           // node → boards sent there (Placed) since its last heartbeat
 	toolsOf  map[string][]device.Tool // catalog digest → tools
 	stored   map[string]time.Time     // catalog digest → when this node last wrote it
 	inflight map[string]context.CancelCauseFunc
@@ -200,6 +233,14 @@ type Node struct {
 	// call id, so that they end as offline when the holder is declared
 	// dead or this node loses NATS (the answer can no longer come).
 	outgoing map[string]map[string]context.CancelCauseFunc
+
+	// Boards held by claim (ShareBoards); nil share: none.
+	share      *shared
+	claimed    map[string]string    // key → device id of boards this node holds by claim
+	lapsed     map[string]bool      // nodes this node saw die (until they beat again)
+	releases   map[string]uint64    // key → revision to delete (claims goroutine)
+	candidates map[string]candidate // boards to adopt (claims goroutine)
+	claimC     chan struct{}
 }
 
 // Start connects to NATS, creates the fleet's buckets if needed and joins
@@ -240,8 +281,11 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
 		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
 		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{}, unerased: map[string]ownRecord{},
+		beats: map[string]Heartbeat{}, placed: map[string]int{},
 		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{},
-		outgoing: map[string]map[string]context.CancelCauseFunc{}}
+		outgoing: map[string]map[string]context.CancelCauseFunc{},
+		claimed:  map[string]string{}, lapsed: map[string]bool{}, releases: map[string]uint64{},
+		candidates: map[string]candidate{}, claimC: make(chan struct{}, 1)}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
 		// Nothing is buffered while NATS is away: a routed call or a
 		// directory write fails at once (the call as offline) instead of
@@ -365,13 +409,15 @@ func (n *Node) askResync() {
 // Stop leaves the fleet cleanly: this node's boards and heartbeat are
 // deleted from the directory (the others show them offline at once), calls
 // in flight from other nodes are cancelled, and the connection closes.
+// Boards held by claim are handed over instead: a survivor adopts each at
+// once.
 func (n *Node) Stop(ctx context.Context) {
 	if !n.halt() {
 		return
 	}
 	n.mu.Lock()
-	owned := n.owned
-	n.owned = map[string]ownRecord{}
+	owned, claimed := n.owned, n.claimed
+	n.owned, n.claimed = map[string]ownRecord{}, map[string]string{}
 	for key, o := range n.unerased {
 		owned[key] = o
 	}
@@ -384,6 +430,10 @@ func (n *Node) Stop(ctx context.Context) {
 		return
 	}
 	for key, o := range owned {
+		if id, ok := claimed[key]; ok {
+			n.handOver(ctx, key, id, o.rev)
+			continue
+		}
 		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
 	}
 	_ = n.nodes.Delete(ctx, n.cfg.NodeID)

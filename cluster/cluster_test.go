@@ -328,3 +328,45 @@ func TestCutOffMidCall(t *testing.T) {
 		t.Fatal("the call waited for an answer that cannot arrive")
 	}
 }
+
+// TestNodesCarryLoadAndEndpoints: every node's heartbeat says how many
+// boards it holds and where boards reach it; Placed counts a board sent
+// to a node until that node's next heartbeat; a node that stops is gone.
+func TestNodesCarryLoadAndEndpoints(t *testing.T) {
+	url := startNATS(t)
+	start := func(id string) *node {
+		hub := device.NewHub(device.HubConfig{ReadyWait: 2 * time.Second}, nil)
+		n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond,
+			Advertise: func() Endpoints { return Endpoints{WebSocketURL: "ws://" + id + "/"} }}, hub, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n.Stop(ctx)
+			require.NoError(t, hub.Close(ctx))
+		})
+		return &node{hub: hub, node: n}
+	}
+	a, b := start("a"), start("b")
+	b.attach(t, "bb:00:00:00:00:01", nil)
+	b.attach(t, "bb:00:00:00:00:02", nil)
+	view := func() string { return fmt.Sprint(a.node.Nodes()) }
+	load := func() map[string]int {
+		m := map[string]int{}
+		for _, hb := range a.node.Nodes() {
+			m[hb.Node] = hb.Boards
+			require.Equal(t, "ws://"+hb.Node+"/", hb.WebSocketURL)
+		}
+		return m
+	}
+	require.Eventually(t, func() bool { return fmt.Sprint(load()) == "map[a:0 b:2]" }, 10*time.Second, 20*time.Millisecond, view)
+	a.node.Placed("b")
+	a.node.Placed("a") // this node counts its own boards live
+	require.Equal(t, map[string]int{"a": 0, "b": 3}, load(), "a board sent to b counts until b's next beat")
+	require.Eventually(t, func() bool { return fmt.Sprint(load()) == "map[a:0 b:2]" }, 10*time.Second, 20*time.Millisecond,
+		"b's next heartbeat replaces the estimate")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b.node.Stop(ctx)
+	require.Eventually(t, func() bool { return fmt.Sprint(load()) == "map[a:0]" }, 10*time.Second, 20*time.Millisecond)
+}

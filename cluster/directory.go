@@ -90,7 +90,7 @@ func (n *Node) erase(key string, o ownRecord) {
 		err = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
 		cancel()
 	}
-	if err == nil || casConflict(err) || n.ctx.Err() != nil {
+	if err == nil || isWrongSequence(err) || n.ctx.Err() != nil {
 		return
 	}
 	if n.nc.IsConnected() {
@@ -176,7 +176,7 @@ func (n *Node) putBoard(info device.Info) {
 	rec := Record{Node: n.cfg.NodeID, DeviceID: info.DeviceID, ClientID: info.ClientID, Transport: info.Transport,
 		HasMCP: info.HasMCP, State: info.State.String(), Board: info.Board, FirmwareVersion: info.FirmwareVersion,
 		Catalog: n.storeCatalog(ctx, info.Tools), ConnectedAt: info.ConnectedAt, ReadyAt: info.ReadyAt,
-		Generation: info.Generation}
+		Generation: info.Generation, Claimed: n.sharedTransport(info.Transport)}
 	data, _ := json.Marshal(rec)
 	own := func(rev uint64) {
 		n.mu.Lock()
@@ -212,6 +212,12 @@ func (n *Node) putBoard(info device.Info) {
 				own(entry.Revision())
 				return
 			}
+			// A board held by claim goes to whoever claimed it first: a live
+			// holder is never overwritten, whatever connected last.
+			if rec.Claimed && cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node) {
+				n.yield(info.DeviceID, cur.Node)
+				return
+			}
 			rev, err = n.boards.Update(ctx, key, data, entry.Revision())
 			if err == nil && cur.Node != n.cfg.NodeID {
 				n.log.Info("board taken over from another node (it connected here more recently)",
@@ -233,11 +239,16 @@ func (n *Node) putBoard(info device.Info) {
 
 // deleteBoard removes a board this node held, unless another node has
 // taken it over since (the delete is conditional on our revision).
+// A board held by claim whose session ended because this bridge shuts
+// down is handed over instead: it is still connected to the shared broker,
+// and a survivor adopts it at once.
 func (n *Node) deleteBoard(info device.Info) {
 	key := keyFor(info.DeviceID)
 	n.mu.Lock()
 	o, ok := n.owned[key]
+	_, claimed := n.claimed[key]
 	delete(n.owned, key)
+	delete(n.claimed, key)
 	delete(n.lost, key)
 	if n.yielded[key] == info.Generation {
 		delete(n.yielded, key)
@@ -246,13 +257,13 @@ func (n *Node) deleteBoard(info device.Info) {
 	if !ok {
 		return
 	}
+	if claimed && info.CloseCause == device.CauseShutdown {
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+		defer cancel()
+		n.handOver(ctx, key, info.DeviceID, o.rev)
+		return
+	}
 	n.erase(key, o)
-}
-
-// casConflict: a conditional write found another revision (someone else
-// wrote first), which is an answer, not a failure.
-func casConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }
 
 // yield closes this node's connection of a board that connected to
@@ -263,6 +274,7 @@ func (n *Node) yield(deviceID, other string) {
 	s, ok := n.hub.Session(deviceID)
 	n.mu.Lock()
 	delete(n.owned, key)
+	delete(n.claimed, key)
 	delete(n.lost, key)
 	if ok {
 		n.yielded[key] = s.Info().Generation
@@ -355,6 +367,11 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 		n.nodeDead(node, "left the fleet")
 		return
 	}
+	var hb Heartbeat
+	if err := json.Unmarshal(e.Value(), &hb); err != nil {
+		n.log.Debug("unreadable heartbeat", zap.String("peer", node), zap.Error(err))
+	}
+	hb.Node = node
 	n.mu.Lock()
 	if n.beatRev[node] == e.Revision() {
 		// The same heartbeat again: a restarted watch replays the last
@@ -365,6 +382,9 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 	n.beatRev[node] = e.Revision()
 	_, was := n.alive[node]
 	n.alive[node] = time.Now()
+	n.beats[node] = hb
+	delete(n.placed, node)
+	delete(n.lapsed, node)
 	var events []device.Event
 	if !was {
 		for _, b := range n.remote {
@@ -398,7 +418,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 			}
 		}
 		n.mu.Unlock()
-		if b != nil && shown {
+		if b != nil && shown && !b.released {
 			n.announce([]device.Event{offline(b.info, "the board went offline")})
 		}
 		return
@@ -430,14 +450,25 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	if old != nil && old.info.Node == rec.Node {
 		seen = old.seen
 	}
-	n.remote[key] = &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, seen: seen}
+	b := &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, seen: seen, claimed: rec.Claimed, released: rec.Released}
+	n.remote[key] = b
 	_, shown := n.alive[rec.Node]
+	wasShown := shown && old != nil && !old.released
+	if rec.Released {
+		n.offerAdoption(key, b) // its holder is stopping; one survivor takes it
+	}
 	n.mu.Unlock()
+	if rec.Released {
+		if wasShown {
+			n.announce([]device.Event{offline(old.info, "node "+rec.Node+" handed the board over")})
+		}
+		return
+	}
 	if !shown {
 		return // announced when its node's heartbeat arrives
 	}
 	t := device.EventToolsChanged
-	if old == nil || old.info.Node != rec.Node || old.info.Generation != rec.Generation {
+	if old == nil || old.released || old.info.Node != rec.Node || old.info.Generation != rec.Generation {
 		t = device.EventOnline
 	}
 	n.announce([]device.Event{{Type: t, DeviceID: info.DeviceID, Info: info}})
@@ -528,7 +559,7 @@ func (n *Node) heartbeats() {
 func (n *Node) beat() {
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
-	data, _ := json.Marshal(Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())})
+	data, _ := json.Marshal(n.self())
 	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil {
 		if n.ctx.Err() == nil {
 			n.obs.DirectoryWriteFailed("nodes")
@@ -577,6 +608,11 @@ func (n *Node) reap() {
 			n.cleanUp(key, b)
 		}
 	}
+	n.mu.Lock()
+	if len(n.lapsed) > 1024 {
+		n.lapsed = map[string]bool{} // node ids are not reused; forget old deaths
+	}
+	n.mu.Unlock()
 }
 
 // nodeDead shows a node's boards offline and deletes their records (each
@@ -586,6 +622,9 @@ func (n *Node) nodeDead(node, why string) {
 	n.mu.Lock()
 	_, was := n.alive[node]
 	delete(n.alive, node)
+	delete(n.beats, node)
+	delete(n.placed, node)
+	n.lapsed[node] = true
 	gone := map[string]*remoteBoard{}
 	for key, b := range n.remote {
 		if b.info.Node == node {
@@ -606,18 +645,28 @@ func (n *Node) nodeDead(node, why string) {
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		if was {
+		if was && !gone[key].released {
 			n.announce([]device.Event{offline(gone[key].info, "node "+node+" "+why)})
 		}
 		n.cleanUp(key, gone[key])
 	}
 }
 
+// cleanUp deletes the record of a board whose holder is gone, conditional
+// on the revision seen. A board held by claim is still connected to the
+// shared broker: it is adopted instead (by a node that shares, or left for
+// one).
 func (n *Node) cleanUp(key string, b *remoteBoard) {
 	if !n.nc.IsConnected() {
 		// A node cut off from NATS cannot tell a dead node from its own
 		// cut: it shows the boards offline but leaves the records to the
 		// nodes that still see the directory.
+		return
+	}
+	if b.claimed {
+		n.mu.Lock()
+		n.offerAdoption(key, b)
+		n.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
@@ -631,7 +680,7 @@ func (n *Node) Devices() []device.Info {
 	defer n.mu.Unlock()
 	out := make([]device.Info, 0, len(n.remote))
 	for _, b := range n.remote {
-		if _, ok := n.alive[b.info.Node]; ok {
+		if _, ok := n.alive[b.info.Node]; ok && !b.released {
 			info := b.info
 			out = append(out, info)
 		}
@@ -644,11 +693,57 @@ func (n *Node) Device(deviceID string) (device.Info, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	b, ok := n.remote[keyFor(deviceID)]
-	if !ok {
+	if !ok || b.released {
 		return device.Info{}, false
 	}
 	if _, alive := n.alive[b.info.Node]; !alive {
 		return device.Info{}, false
 	}
 	return b.info, true
+}
+
+// self is this node's heartbeat as of now.
+func (n *Node) self() Heartbeat {
+	hb := Heartbeat{Node: n.cfg.NodeID, Started: n.started, Boards: len(n.hub.Sessions())}
+	if n.cfg.Advertise != nil {
+		hb.Endpoints = n.cfg.Advertise()
+	}
+	return hb
+}
+
+// Nodes lists the live nodes of the fleet, this one included, sorted by
+// id: this node as of now, the others as of their last heartbeat, each
+// Boards raised by the boards this node sent there (Placed) since. A node
+// whose heartbeat is older than the dead-after limit is left out even
+// before the reaper notices.
+func (n *Node) Nodes() []Heartbeat {
+	self := n.self()
+	now := time.Now()
+	n.mu.Lock()
+	out := []Heartbeat{self}
+	for node, hb := range n.beats {
+		seen, ok := n.alive[node]
+		if !ok || now.Sub(seen) > n.deadAfter() {
+			continue
+		}
+		hb.Boards += n.placed[node]
+		out = append(out, hb)
+	}
+	n.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Placed notes that this node sent a board to node (an OTA answer pointing
+// there), so that a burst of boots spreads before that node's next
+// heartbeat counts the board.
+func (n *Node) Placed(node string) {
+	if node == n.cfg.NodeID {
+		return
+	}
+	n.mu.Lock()
+	if _, ok := n.beats[node]; ok {
+		n.placed[node]++
+	}
+	n.mu.Unlock()
 }

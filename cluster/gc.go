@@ -80,7 +80,7 @@ func (n *Node) gcCatalogs(marks map[string]gcMark, now time.Time) []string {
 		}
 		delete(marks, d)
 		if err := n.catalogs.Delete(ctx, d, jetstream.LastRevision(m.rev)); err != nil {
-			if !casConflict(err) {
+			if !isWrongSequence(err) {
 				n.log.Debug("catalog GC: delete failed", zap.String("digest", d), zap.Error(err))
 			}
 			continue

@@ -5,17 +5,31 @@ import "strings"
 // MACDigits returns the 12 lowercase hex digits of a MAC written with ':',
 // '-' or '_' separators (or none), in any case.
 func MACDigits(id string) (string, bool) {
-	s := strings.ToLower(strings.NewReplacer(":", "", "-", "", "_", "").Replace(id))
-	if len(s) != 12 {
-		return "", false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+	// Hand-rolled: it runs for every board on every listing and directory
+	// write, so it must not build a strings.Replacer per call.
+	var out [12]byte
+	n := 0
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c == ':' || c == '-' || c == '_':
+			continue
+		case c >= 'A' && c <= 'F':
+			c += 'a' - 'A'
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
 			return "", false
 		}
+		if n == len(out) {
+			return "", false
+		}
+		out[n] = c
+		n++
 	}
-	return s, true
+	if n != len(out) {
+		return "", false
+	}
+	return string(out[:]), true
 }
 
 // NormalizeID writes a MAC the way boards send it in Device-Id (lowercase,

@@ -85,7 +85,8 @@ func newError(code int, data map[string]any, format string, args ...any) *Error 
 
 func errNotFound(id string) *Error {
 	return newError(CodeSessionNotFound, map[string]any{"sessionId": id},
-		"No interaction %s is open for you. Ids are valid only for the caller that started them, and only as returned (a changed token is rejected). "+
+		"No interaction %s is open for you. Ids are valid only for the caller that started them, and only as returned (a changed token is rejected); "+
+			"an id from another bridge is valid here only when both run with the same flow secret (--flow-secret). "+
 			"Start a new one with interaction.start {\"toolName\": ..., \"initialParams\": {...}}.", short(id))
 }
 

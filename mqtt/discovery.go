@@ -76,6 +76,12 @@ func (g *Gateway) handleDiscovery(d discovery) {
 		g.stats.unattrib.Add(1)
 		return // it failed to initialize moments ago; do not hammer it
 	}
+	if ok, err := g.claim(d.deviceID); !ok {
+		if err != nil {
+			g.lastDiscovery[d.deviceID] = now // ask the fleet again later, not per message
+		}
+		return
+	}
 	g.lastDiscovery[d.deviceID] = now
 	g.pruneDiscoveries(now)
 	g.stats.discovered.Add(1)

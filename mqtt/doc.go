@@ -24,6 +24,15 @@
 //     embedded broker moves publishes on the shared topic (device-server)
 //     there, attributing them by connection.
 //
+// # Several bridges on one broker
+//
+// Every bridge subscribed to the uplink wildcard hears every board. With
+// an [Owner] set (Gateway.SetOwner; cluster.Claims in a fleet) a gateway
+// serves only the boards the Owner says it holds: it claims a board before
+// attaching it, drops the messages of boards another bridge holds (counted
+// in Stats.NotOwned), and takes on boards handed to it (Gateway.Adopt) by
+// initializing them without waiting for them to speak.
+//
 // # Per board
 //
 // A hello (version 3, transport udp) is answered with a server hello

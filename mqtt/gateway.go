@@ -100,6 +100,7 @@ type Gateway struct {
 	cfg      Config
 	hub      *device.Hub
 	presence Presence
+	owner    Owner // nil: serve every board heard (set before Start)
 	log      *zap.Logger
 	up, down Template
 	client   paho.Client
@@ -114,6 +115,10 @@ type Gateway struct {
 	mu     sync.Mutex
 	links  map[string]*link
 	closed bool
+	// Work for the Owner, drained by the supervisor (sets: bounded by the
+	// number of boards, one entry per board however often it is asked).
+	adopt, release map[string]struct{}
+	ownerC         chan struct{}
 
 	discover chan discovery
 	wake     chan struct{}
@@ -133,6 +138,7 @@ type Gateway struct {
 	lastDiscovery map[string]time.Time
 	recovering    map[string]*recovery
 	recoverUntil  time.Time
+	notOwned      map[string]time.Time // boards the Owner refused, until when
 }
 
 // NewGateway prepares a gateway; nothing connects until Start. presence
@@ -169,6 +175,10 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		attemptedGen:  map[string]uint64{},
 		lastDiscovery: map[string]time.Time{},
 		recovering:    map[string]*recovery{},
+		adopt:         map[string]struct{}{},
+		release:       map[string]struct{}{},
+		ownerC:        make(chan struct{}, 1),
+		notOwned:      map[string]time.Time{},
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
@@ -223,7 +233,7 @@ func (g *Gateway) Start() error {
 	g.log.Info("mqtt gateway started", zap.String("broker", redactURL(g.cfg.Broker)),
 		zap.String("client_id", g.cfg.ClientID), zap.String("uplink", g.up.Filter()),
 		zap.String("downlink", g.cfg.Topics.Downlink), zap.String("udp", g.udp.conn.LocalAddr().String()),
-		zap.Bool("presence", g.presence != nil))
+		zap.Bool("presence", g.presence != nil), zap.Bool("shared_broker", g.owner != nil))
 	return nil
 }
 
@@ -358,6 +368,9 @@ func (g *Gateway) forget(l *link) {
 	g.mu.Lock()
 	if g.links[l.board.DeviceID] == l {
 		delete(g.links, l.board.DeviceID)
+		if g.owner != nil && !g.closed {
+			g.released(l.board.DeviceID)
+		}
 	}
 	g.mu.Unlock()
 	close(l.gone)

@@ -44,6 +44,10 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 	if l := g.lookup(id); l != nil && l.deliver(payload) {
 		return
 	}
+	if g.owner != nil && g.owner.HeldElsewhere(id) {
+		g.stats.notOwned.Add(1) // another bridge on the shared broker serves it
+		return
+	}
 	select {
 	case g.discover <- discovery{deviceID: id, key: TopicKey(id), payload: payload}:
 	default:

@@ -65,6 +65,15 @@ func (g *Gateway) runRecovery() {
 		}
 		r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
 		r.next = now.Add(r.backoff)
+		ok, err := g.claim(id)
+		if err != nil {
+			continue // the fleet is unreachable; try again after the back-off
+		}
+		if !ok {
+			delete(g.recovering, id)
+			g.log.Info("not recovering a board another bridge holds now", zap.String("device_id", id))
+			continue
+		}
 		g.attach(Board{DeviceID: id, Key: TopicKey(id)}, "recovering after reconnect")
 	}
 }

@@ -23,7 +23,11 @@ type Stats struct {
 	GoodbyesIn, GoodbyesOut           int64
 	Probes, ProbeMisses, Unresponsive int64
 	Discovered, Recovered, Reconciled int64
-	UDP                               UDPStats
+	// NotOwned counts uplink messages and claims dropped because another
+	// bridge on a shared broker holds the board; Adopted counts boards
+	// handed to this gateway by its Owner (Adopt).
+	NotOwned, Adopted int64
+	UDP               UDPStats
 }
 
 type counters struct {
@@ -31,7 +35,7 @@ type counters struct {
 	oversized, malformed, inboxFull, unknownTopic, unattrib  atomic.Int64
 	other, hellos, badHellos, goodbyesIn, goodbyesOut        atomic.Int64
 	probes, probeMisses, unresponsive, discovered, recovered atomic.Int64
-	reconciled                                               atomic.Int64
+	reconciled, notOwned, adopted                            atomic.Int64
 }
 
 // Stats returns the gateway's counters.
@@ -49,6 +53,7 @@ func (g *Gateway) Stats() Stats {
 		GoodbyesIn: s.goodbyesIn.Load(), GoodbyesOut: s.goodbyesOut.Load(),
 		Probes: s.probes.Load(), ProbeMisses: s.probeMisses.Load(), Unresponsive: s.unresponsive.Load(),
 		Discovered: s.discovered.Load(), Recovered: s.recovered.Load(), Reconciled: s.reconciled.Load(),
+		NotOwned: s.notOwned.Load(), Adopted: s.adopted.Load(),
 	}
 	if g.udp != nil {
 		st.UDP = g.udp.stats()

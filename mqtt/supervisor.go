@@ -28,6 +28,8 @@ func (g *Gateway) supervise() {
 			}
 		case d := <-g.discover:
 			g.handleDiscovery(d)
+		case <-g.ownerC:
+			g.ownerWork()
 		case <-tick.C:
 			g.syncConnection()
 			g.housekeeping()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -75,7 +76,31 @@ type Config struct {
 	ActivationMessage string `yaml:"activation_message"`
 	// MaxBodyBytes bounds a request body (default 64 KiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Balance, with several bridges in a fleet, is how the answer picks
+	// the node a board connects to: "" (this node, the default) or
+	// least_loaded (the live node with the fewest boards, through the
+	// Placement the bridge sets).
+	Balance string `yaml:"balance"`
 }
+
+// BalanceLeastLoaded sends each board to the live node with the fewest
+// boards (Config.Balance).
+const BalanceLeastLoaded = "least_loaded"
+
+// Target is the node a Placement sends a board to, with its public
+// endpoint for the transport asked.
+type Target struct {
+	Node         string
+	WebSocketURL string // for websocket
+	MQTTEndpoint string // for mqtt: host:port
+}
+
+// Placement picks the node a board connects to, for a transport
+// (TransportWebSocket or TransportMQTT). ok false keeps the board on this
+// node (this node is the best pick, or no other node offers the
+// transport). The bridge wires it to its fleet; package ota knows nothing
+// about how nodes are found.
+type Placement func(transport string) (t Target, ok bool)
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
@@ -131,6 +156,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ota.mqtt_endpoint %q: want host or host:port with a numeric port (no scheme)", c.MQTTEndpoint))
 		}
 	}
+	if c.Balance != "" && c.Balance != BalanceLeastLoaded {
+		errs = append(errs, fmt.Errorf("ota.balance %q: want least_loaded, or nothing to keep boards on the node they asked", c.Balance))
+	}
 	if len(c.ActivationMessage) > 200 {
 		errs = append(errs, errors.New("ota.activation_message: at most 200 bytes"))
 	}
@@ -167,6 +195,10 @@ type Network struct {
 	MQTTHost, MQTTPort string
 	// Uplink and Downlink are the gateway's topic templates ({mac}).
 	Uplink, Downlink string
+	// DeviceHost and MQTTBindHost are the device listener's and the
+	// embedded broker's own IPs when bound to one (not 0.0.0.0 or ::):
+	// what Advertised offers the fleet when no public URL is configured.
+	DeviceHost, MQTTBindHost string
 }
 
 // Server serves the OTA endpoint and decides admission.
@@ -179,6 +211,7 @@ type Server struct {
 	allow    map[string]bool
 	override map[string]string
 	now      func() time.Time
+	place    atomic.Pointer[Placement]
 }
 
 // New opens the store and the secret. network is called on every request.
@@ -220,6 +253,60 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 		s.override[device.NormalizeID(m)] = t
 	}
 	return s, nil
+}
+
+// SetPlacement sets how boards are spread over a fleet's nodes; it is used
+// only with Config.Balance set. nil keeps every board on this node.
+func (s *Server) SetPlacement(p Placement) {
+	if p == nil {
+		s.place.Store(nil)
+		return
+	}
+	s.place.Store(&p)
+}
+
+// Balanced reports whether answers may send boards to other nodes.
+func (s *Server) Balanced() bool { return s.cfg.Balance == BalanceLeastLoaded }
+
+// placeFor asks the Placement where a board should go; ok false: here.
+func (s *Server) placeFor(transport string) (Target, bool) {
+	p := s.place.Load()
+	if p == nil || !s.Balanced() {
+		return Target{}, false
+	}
+	t, ok := (*p)(transport)
+	switch {
+	case !ok:
+		return Target{}, false
+	case transport == TransportMQTT && t.MQTTEndpoint == "", transport == TransportWebSocket && t.WebSocketURL == "":
+		return Target{}, false
+	}
+	return t, true
+}
+
+// Advertised is where boards reach this node, for the other nodes of a
+// fleet to hand out: the configured websocket_url, else the device
+// listener's own address when it is bound to one IP; the configured
+// mqtt_endpoint, else the embedded broker's address when bound to one IP.
+// An external broker is not advertised (it is not this node's). Empty
+// means not offered.
+func (s *Server) Advertised() (websocketURL, mqttEndpoint string) {
+	n := s.network()
+	websocketURL = s.cfg.WebSocketURL
+	if websocketURL == "" && n.DeviceHost != "" && n.DevicePort != "" {
+		scheme := "ws"
+		if n.DeviceTLS {
+			scheme = "wss"
+		}
+		websocketURL = scheme + "://" + net.JoinHostPort(n.DeviceHost, n.DevicePort) + n.WebSocketPath
+	}
+	if n.MQTTEmbedded {
+		mqttEndpoint = s.cfg.MQTTEndpoint
+		if mqttEndpoint == "" && n.MQTTBindHost != "" && n.MQTTPort != "" {
+			mqttEndpoint = net.JoinHostPort(n.MQTTBindHost, n.MQTTPort)
+		}
+	}
+	return websocketURL, mqttEndpoint
 }
 
 // Path is the OTA path; ActivatePath where boards poll for approval.
@@ -378,17 +465,29 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 			zap.String("board", req.Board), zap.String("firmware", req.Firmware))
 	} else {
 		transport = s.transportFor(req.DeviceID, n)
+		target, elsewhere := s.placeFor(transport)
+		if elsewhere {
+			log = log.With(zap.String("node", target.Node))
+		}
 		switch transport {
 		case TransportMQTT:
 			login := s.creds.MQTT(req.DeviceID, req.ClientID)
 			key := mqtt.TopicKey(req.DeviceID)
+			endpoint := s.mqttEndpoint(r, n)
+			if elsewhere {
+				endpoint = target.MQTTEndpoint
+			}
 			ans.MQTT = &MQTT{
-				Endpoint: s.mqttEndpoint(r, n), ClientID: login.ClientID, Username: login.Username, Password: login.Password,
+				Endpoint: endpoint, ClientID: login.ClientID, Username: login.Username, Password: login.Password,
 				PublishTopic: mqtt.MustTemplate(n.Uplink).Topic(key), SubscribeTopic: mqtt.MustTemplate(n.Downlink).Topic(key),
 				KeepAlive: s.cfg.MQTTKeepAlive,
 			}
 		default:
-			ans.WebSocket = &WebSocket{URL: s.websocketURL(r, n), Token: s.creds.WebSocketToken(req.DeviceID), Version: 1}
+			u := s.websocketURL(r, n)
+			if elsewhere {
+				u = target.WebSocketURL
+			}
+			ans.WebSocket = &WebSocket{URL: u, Token: s.creds.WebSocketToken(req.DeviceID), Version: 1}
 		}
 	}
 	body, err := ans.Marshal(req.Firmware)

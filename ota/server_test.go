@@ -258,3 +258,56 @@ func toString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestPlacement: with balance least_loaded the answer points the board at
+// the node the Placement picks, for its transport; without balance, or
+// when the pick offers nothing for the transport, at this node.
+func TestPlacement(t *testing.T) {
+	n := embedded()
+	n.MQTT, n.MQTTEmbedded = false, false
+	f := newFixture(t, Config{Secret: "0123456789abcdef0123", Balance: BalanceLeastLoaded}, n)
+	var asked []string
+	target := Target{Node: "b", WebSocketURL: "ws://10.0.0.2:8000/xiaozhi/v1/"}
+	f.srv.SetPlacement(func(transport string) (Target, bool) { asked = append(asked, transport); return target, true })
+	_, m, _ := f.boot(t, boardHeaders())
+	var ws WebSocket
+	require.NoError(t, json.Unmarshal(m["websocket"], &ws))
+	assert.Equal(t, "ws://10.0.0.2:8000/xiaozhi/v1/", ws.URL)
+	assert.Equal(t, []string{TransportWebSocket}, asked)
+	assert.True(t, f.srv.VerifyWebSocketToken("aa:bb:cc:dd:ee:ff", ws.Token), "the token is the fleet secret's, not the node's")
+
+	// The pick offers no MQTT endpoint: an MQTT board stays here.
+	f.net = embedded()
+	_, m, _ = f.boot(t, boardHeaders())
+	assert.Contains(t, string(m["mqtt"]), `"endpoint":"127.0.0.1:18830"`)
+	target.MQTTEndpoint = "10.0.0.2:1883"
+	_, m, _ = f.boot(t, boardHeaders())
+	assert.Contains(t, string(m["mqtt"]), `"endpoint":"10.0.0.2:1883"`)
+
+	// Without balance the Placement is never asked.
+	g := newFixture(t, Config{Secret: "0123456789abcdef0123"}, n)
+	g.srv.SetPlacement(func(string) (Target, bool) { t.Fatal("asked"); return Target{}, false })
+	_, m, _ = g.boot(t, boardHeaders())
+	assert.Contains(t, string(m["websocket"]), "ws://127.0.0.1:8000/xiaozhi/v1/")
+
+	assert.ErrorContains(t, Config{Balance: "random"}.Validate(), "ota.balance")
+}
+
+func TestAdvertised(t *testing.T) {
+	n := embedded()
+	f := newFixture(t, Config{Secret: "0123456789abcdef0123"}, n)
+	ws, mq := f.srv.Advertised()
+	assert.Empty(t, ws, "a listener on every interface has no address to offer")
+	assert.Empty(t, mq)
+	f.net.DeviceHost, f.net.MQTTBindHost = "192.168.1.5", "192.168.1.5"
+	ws, mq = f.srv.Advertised()
+	assert.Equal(t, "ws://192.168.1.5:8000/xiaozhi/v1/", ws)
+	assert.Equal(t, "192.168.1.5:18830", mq)
+	f.net.MQTTEmbedded = false
+	_, mq = f.srv.Advertised()
+	assert.Empty(t, mq, "an external broker is not this node's to offer")
+	g := newFixture(t, Config{Secret: "0123456789abcdef0123", WebSocketURL: "wss://b.example.com/xiaozhi/v1/", MQTTEndpoint: "b.example.com:8883"}, embedded())
+	ws, mq = g.srv.Advertised()
+	assert.Equal(t, "wss://b.example.com/xiaozhi/v1/", ws)
+	assert.Equal(t, "b.example.com:8883", mq)
+}

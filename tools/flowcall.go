@@ -291,6 +291,10 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			// and the answers that came with it, and start over from the
 			// arguments (nothing runs without a fresh answer).
 			s.log.Info("requestState refused; asking again", zap.String("tool", e.tool.Name), zap.String("why", why))
+			if plan != nil && !plan.Ready() {
+				plan = withError(plan, "the previous answer was not used: its requestState is not valid here ("+why+
+					"; behind a load balancer, every bridge needs the same flow secret, --flow-secret). Answer again")
+			}
 		} else {
 			plan, round = st.Plan, st.Round
 			switch r := req.Params.InputResponses[inputKey].(type) {

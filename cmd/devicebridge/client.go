@@ -29,6 +29,7 @@ type board struct {
 	ConnectedAt     time.Time `json:"connected_at"`
 	ReadyAt         time.Time `json:"ready_at"`
 	CloseReason     string    `json:"close_reason"`
+	Node            string    `json:"node"` // the fleet node holding it; "" for this bridge
 	Tools           []tool    `json:"tools"`
 }
 

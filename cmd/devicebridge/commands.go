@@ -32,13 +32,35 @@ func (c *cli) devices(ctx context.Context) error {
 		fmt.Fprintln(c.stdout, "no boards connected")
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tALIAS\tTRANSPORT\tSTATE\tBOARD\tFIRMWARE\tTOOLS\tCONNECTED")
+	// In a fleet (docs/scaling.md) boards held by other nodes name their
+	// node; only then is there a NODE column.
+	fleet := false
 	for _, b := range list.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.DeviceID, dash(b.Alias), b.Transport, b.State,
+		fleet = fleet || b.Node != ""
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	header := "DEVICE\tALIAS\tTRANSPORT\tSTATE\tBOARD\tFIRMWARE\tTOOLS\tCONNECTED"
+	if fleet {
+		header += "\tNODE"
+	}
+	fmt.Fprintln(tw, header)
+	for _, b := range list.Devices {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", b.DeviceID, dash(b.Alias), b.Transport, b.State,
 			dash(b.Board), dash(b.FirmwareVersion), b.ToolCount, ago(b.ConnectedAt))
+		if fleet {
+			fmt.Fprintf(tw, "\t%s", holder(b.Node))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// holder names the node that holds a board: the bridge asked is "here".
+func holder(node string) string {
+	if node == "" {
+		return "here"
+	}
+	return node
 }
 
 func dash(s string) string {
@@ -91,6 +113,9 @@ func (c *cli) show(ctx context.Context, name string) error {
 	row("alias", d.Alias)
 	row("client id", d.ClientID)
 	row("transport", d.Transport)
+	if d.Node != "" {
+		row("node", d.Node)
+	}
 	row("remote", d.RemoteAddr)
 	row("state", d.State)
 	row("board", d.Board)

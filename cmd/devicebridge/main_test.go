@@ -54,6 +54,13 @@ func startBridge(t *testing.T, tokens ...string) *bridge {
 // startBridgeWith is startBridge with the configuration adjusted first.
 func startBridgeWith(t *testing.T, configure func(*app.Config)) *bridge {
 	t.Helper()
+	return startBridgeBoards(t, configure, "02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03")
+}
+
+// startBridgeBoards is startBridgeWith with these boards; the third (if
+// any) has the slow lamp.
+func startBridgeBoards(t *testing.T, configure func(*app.Config), macs ...string) *bridge {
+	t.Helper()
 	cfg := app.Default()
 	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
 	configure(&cfg)
@@ -67,7 +74,7 @@ func startBridgeWith(t *testing.T, configure func(*app.Config)) *bridge {
 	})
 	profile, err := simulator.LoadProfile("breadboard")
 	require.NoError(t, err)
-	for i, mac := range []string{"02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"} {
+	for i, mac := range macs {
 		c := simulator.Config{MAC: mac, Profile: profile}
 		if i == 2 {
 			c.ToolDelay = map[string]time.Duration{"self.lamp.turn_on": 1500 * time.Millisecond}
@@ -81,14 +88,15 @@ func startBridgeWith(t *testing.T, configure func(*app.Config)) *bridge {
 	}
 	br := &bridge{app: a, base: "http://" + a.ControlAddr().String()}
 	// Read from the Hub: a policy may hide boards from a token's view.
+	// Only this bridge's own boards count (in a fleet the Hub lists others).
 	require.Eventually(t, func() bool {
 		ready := 0
 		for _, d := range a.Hub.Devices() {
-			if d.State == device.StateReady {
+			if d.State == device.StateReady && d.Node == "" {
 				ready++
 			}
 		}
-		return ready == 3
+		return ready == len(macs)
 	}, 10*time.Second, 20*time.Millisecond)
 	return br
 }

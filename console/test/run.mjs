@@ -7,7 +7,9 @@
 //     (checked through the control API);
 //   - a call with a missing argument completes through the prompts, after a
 //     refused answer;
-//   - a tool that needs confirmation and is declined sends nothing.
+//   - a tool that needs confirmation and is declined sends nothing;
+//   - in a fleet of two bridges on one NATS (nats-server on PATH, or
+//     $NATS_SERVER), node b lists node a's boards and names their node.
 // Screenshots of every page go to a temporary directory, printed at the end.
 // Any failure exits 1.
 import { chromium } from 'playwright-core';
@@ -94,6 +96,7 @@ try {
   const ids = await page.$$eval('#fleet tbody tr', (rows) => rows.map((r) => r.dataset.id));
   check(ids.join(',') === '02:00:00:00:00:01,02:00:00:00:00:02,02:00:00:00:00:03', 'the fleet lists the three simulated boards: ' + ids.join(', '));
   check((await page.textContent('#counts [data-state="ready"] b')) === '3', 'the ready count is 3');
+  check(await page.isHidden('#node-col'), 'a bridge alone shows no node column');
   await page.screenshot({ path: join(out, 'fleet.png'), fullPage: true });
 
   // A board connects, then leaves: the page follows without a reload.
@@ -193,6 +196,31 @@ try {
   await page2.waitForSelector('#live.on', { timeout: T });
   await page2.waitForSelector('#fleet tr[data-id="02:00:00:00:00:01"].ready', { timeout: T });
   check(await page2.isHidden('#login'), 'with the token the fleet shows, live');
+
+  // A fleet of two bridges on one NATS (docs/scaling.md): node b's console
+  // lists node a's boards too, and names the node that holds each.
+  const np = await freePort();
+  procs.push(start(process.env.NATS_SERVER || 'nats-server', ['-js', '-a', '127.0.0.1', '-p', String(np), '-sd', join(out, 'js')], 'nats-server'));
+  await until('nats-server', () => new Promise((resolve) => {
+    const c = net.connect(np, '127.0.0.1', () => { c.end(); resolve(true); });
+    c.on('error', () => resolve(false));
+  }));
+  const [ca, da, cb, db] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  const node = (id, c, d, extra) => start(join(out, 'bridge'), ['--nats', `nats://127.0.0.1:${np}`, '--node-id', id,
+    '--control-listen', `127.0.0.1:${c}`, '--device-listen', `127.0.0.1:${d}`, '--mqtt-listen', '', '--log-level', 'warn', ...extra], 'node ' + id);
+  procs.push(node('a', ca, da, ['--simulate', '2']));
+  procs.push(node('b', cb, db, []));
+  procs.push(start(join(out, 'simulator'), ['--url', `ws://127.0.0.1:${db}/xiaozhi/v1/`, '--mac-prefix', '02:00:0b',
+    '--count', '1', '--log-level', 'warn'], 'simulator on node b'));
+  const page3 = await browser.newPage({ viewport: { width: 1280, height: 500 } });
+  await until('node b', async () => (await fetch(`http://127.0.0.1:${cb}/healthz`)).ok);
+  await page3.goto(`http://127.0.0.1:${cb}/`);
+  await page3.waitForFunction(() => document.querySelectorAll('#fleet tbody tr.ready').length === 3, null, { timeout: T });
+  const holders = await page3.$$eval('#fleet tbody tr', (rows) => rows.map((r) => r.dataset.id + '@' + r.querySelector('td.node').textContent));
+  check(holders.join(',') === '02:00:00:00:00:01@a,02:00:00:00:00:02@a,02:00:0b:00:00:01@here',
+    "node b's console lists node a's boards and its own, with their node: " + holders.join(', '));
+  check(await page3.isVisible('#node-col'), 'in a fleet the node column shows');
+  await page3.screenshot({ path: join(out, 'fleet-nodes.png'), fullPage: true });
 } catch (e) {
   failed = true;
   console.error('FAIL ' + (e.stack || e));

@@ -214,8 +214,11 @@ function renderFleet() {
     counts.append(el('button', { class: 'count' + (want === s ? ' active' : ''), type: 'button', 'data-state': s,
       onclick: () => { $('state-filter').value = want === s ? '' : s; renderFleet(); } }, el('b', { text: String(n) }), s));
   }
+  // In a fleet of bridges (docs/scaling.md) boards held by another node name
+  // it; only then is there a node column.
+  const fleet = all.some((b) => b.node);
   const rows = all.filter((b) => (!want || b.state === want) &&
-    (!filter || [b.device_id, b.alias, b.board, b.client_id].some((v) => v && String(v).toLowerCase().includes(filter))));
+    (!filter || [b.device_id, b.alias, b.board, b.client_id, b.node].some((v) => v && String(v).toLowerCase().includes(filter))));
   $('fleet').tBodies[0].replaceChildren(...rows.map((b) => el('tr', { class: b.state, 'data-id': b.device_id },
     el('td', { class: 'mac' }, el('a', { href: '#/board/' + encodeURIComponent(b.device_id), text: b.device_id })),
     el('td', { text: b.alias || '' }),
@@ -224,7 +227,9 @@ function renderFleet() {
     el('td', { text: b.board || '' }),
     el('td', { text: b.firmware_version || '' }),
     el('td', { text: String(b.tool_count || 0) }),
-    el('td', { text: lastSeen(b) }))));
+    el('td', { text: lastSeen(b) }),
+    fleet ? el('td', { class: 'node', text: b.node || 'here' }) : null)));
+  $('node-col').hidden = !fleet;
   $('empty').hidden = rows.length > 0;
 }
 
@@ -259,7 +264,7 @@ async function refreshBoard(type) {
 
 function renderIdentity() {
   const d = state.detail;
-  const rows = [['MAC', d.device_id], ['alias', d.alias], ['client id', d.client_id], ['transport', d.transport],
+  const rows = [['MAC', d.device_id], ['alias', d.alias], ['client id', d.client_id], ['transport', d.transport], ['node', d.node],
     ['state', d.state + (d.close_reason ? ' (' + d.close_reason + ')' : '')], ['board', d.board],
     ['firmware', d.firmware_version], ['connected', d.connected_at && new Date(d.connected_at).toLocaleString()]];
   $('b-identity').replaceChildren(...rows.filter((r) => r[1]).flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: String(v) })]));
