@@ -15,6 +15,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/ota"
 )
 
@@ -93,7 +94,7 @@ func (a *App) startCluster(ctx context.Context) error {
 		return nil
 	}
 	cc := cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter,
-		Prefix: c.Prefix, Options: c.natsOptions(), SpentTTL: a.cfg.Flow.spentTTL()}
+		Prefix: c.Prefix, Options: c.natsOptions(), SpentTTL: a.cfg.Flow.spentTTL(), Observer: a.Metrics}
 	if a.ota != nil {
 		cc.Advertise = func() cluster.Endpoints {
 			ws, mq := a.ota.Advertised()
@@ -130,9 +131,13 @@ func (a *App) startCluster(ctx context.Context) error {
 	if err := a.Metrics.Registry().Register(&fleetCollector{hub: a.Hub.Devices, self: n.ID()}); err != nil {
 		a.log.Warn("fleet metrics not registered", zap.Error(err))
 	}
+	a.Metrics.WatchCluster(n.Connected)
 	a.log.Info("bridge is a node of a fleet", zap.String("node", n.ID()))
 	return nil
 }
+
+// The metrics registry records what the fleet node does.
+var _ cluster.Observer = (*observe.Metrics)(nil)
 
 // leastLoaded is the OTA placement of ota.balance least_loaded: the live
 // node with the fewest boards that offers the transport; on a tie this

@@ -22,13 +22,18 @@ import (
 // port, stored in a temp dir; tests never use a NATS of the machine.
 func startNATS(t *testing.T) string {
 	t.Helper()
+	return startNATSServer(t).ClientURL()
+}
+
+func startNATSServer(t *testing.T) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true})
 	require.NoError(t, err)
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return s
 }
 
 const offlineWindow = 1500 * time.Millisecond
@@ -236,4 +241,70 @@ func TestInteractionOnARemoteBoard(t *testing.T) {
 	var res struct{ Content []struct{ Text string } }
 	require.Equal(t, http.StatusOK, doJSON(t, "POST", baseA+"/api/devices/0b:00:00:00:00:07/call", "", `{"name":"self.get_device_status"}`, &res))
 	require.Contains(t, res.Content[0].Text, `"volume":42`)
+}
+
+// TestRoutedCallMetrics: routed calls are counted on both nodes, by
+// direction and outcome, with their latency; a call the holder cannot
+// answer any more counts as no responder; each node says whether it is
+// connected to NATS.
+func TestRoutedCallMetrics(t *testing.T) {
+	noLeaks(t)
+	srv := startNATSServer(t)
+	url := srv.ClientURL()
+	node := func(id string) (*app.App, string) {
+		cfg := testConfig()
+		cfg.Cluster.NATSURL = url
+		cfg.Cluster.NodeID = id
+		// Long enough that a's view keeps b's board after b is gone.
+		cfg.Cluster.OfflineAfter = time.Minute
+		return startApp(t, cfg)
+	}
+	_, baseA := node("a")
+	b, baseB := node("b")
+	connectBoard(t, b, "0b:00:00:00:00:05")
+	require.Eventually(t, func() bool { return len(readyBoards(t, baseA)) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	for range 3 {
+		require.Equal(t, http.StatusOK, callStatus(t, baseA, "0b:00:00:00:00:05"))
+	}
+	require.Equal(t, http.StatusUnprocessableEntity, postJSON(t, baseA+"/api/devices/0b:00:00:00:00:05/call",
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":"loud"}}`, nil))
+
+	mA, mB := scrapeMetrics(t, http.DefaultClient, baseA), scrapeMetrics(t, http.DefaultClient, baseB)
+	series := func(dir, outcome string) string {
+		return metricSeries("devicebridge_routed_calls_total", "direction", dir, "outcome", outcome)
+	}
+	require.Equal(t, 3.0, mA[series("out", "ok")])
+	require.Equal(t, 3.0, mB[series("in", "ok")])
+	require.Equal(t, 0.0, mA[series("in", "ok")], "a answered nothing")
+	outFailed, inFailed := 0.0, 0.0
+	for k, v := range mA {
+		if strings.HasPrefix(k, "devicebridge_routed_calls_total{") && strings.Contains(k, `direction="out"`) && !strings.Contains(k, `"ok"`) {
+			outFailed += v
+		}
+	}
+	for k, v := range mB {
+		if strings.HasPrefix(k, "devicebridge_routed_calls_total{") && strings.Contains(k, `direction="in"`) && !strings.Contains(k, `"ok"`) {
+			inFailed += v
+		}
+	}
+	require.Equal(t, 1.0, outFailed, "the refused call, on the caller")
+	require.Equal(t, 1.0, inFailed, "and on the holder, with the same outcome")
+	require.Equal(t, 4.0, mA[metricSeries("devicebridge_routed_call_duration_seconds_count", "direction", "out")])
+	require.Equal(t, 4.0, mB[metricSeries("devicebridge_routed_call_duration_seconds_count", "direction", "in")])
+	require.Equal(t, 1.0, mA["devicebridge_cluster_nats_connected"])
+	require.Equal(t, 0.0, mA["devicebridge_routed_call_no_responders_total"])
+	require.Equal(t, 0.0, mA[metricSeries("devicebridge_cluster_directory_write_failures_total", "bucket", "boards")])
+
+	// b dies without a word; a still lists its board (the window is long)
+	// and its call finds nobody answering: offline, counted as no responder.
+	clients := srv.NumClients()
+	b.Cluster().Abandon()
+	// Once NATS has seen b's connection go, nobody subscribes to its calls.
+	require.Eventually(t, func() bool { return srv.NumClients() < clients }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusBadGateway, callStatus(t, baseA, "0b:00:00:00:00:05"), "offline")
+	mA, mB = scrapeMetrics(t, http.DefaultClient, baseA), scrapeMetrics(t, http.DefaultClient, baseB)
+	require.Equal(t, 1.0, mA["devicebridge_routed_call_no_responders_total"])
+	require.Equal(t, 1.0, mA[series("out", "offline")])
+	require.Equal(t, 0.0, mB["devicebridge_cluster_nats_connected"], "b left NATS")
 }

@@ -145,8 +145,11 @@ func (n *Node) answer(m *nats.Msg) {
 			n.mu.Unlock()
 		}()
 	}
+	start := time.Now()
 	res, err := n.hub.CallLocal(ctx, req.DeviceID, req.Tool, req.Arguments)
+	took := time.Since(start)
 	if err == nil {
+		n.obs.RoutedCallDone(DirectionIn, "", took)
 		n.reply(m, callReply{Result: res})
 		return
 	}
@@ -162,6 +165,7 @@ func (n *Node) answer(m *nats.Msg) {
 	case errors.As(err, &devErr):
 		f.Method, f.Message = devErr.Method, devErr.Message
 	}
+	n.obs.RoutedCallDone(DirectionIn, f.Code, took)
 	n.reply(m, callReply{Error: f})
 }
 
@@ -176,6 +180,13 @@ func (n *Node) reply(m *nats.Msg, r callReply) {
 // request/reply to that node (device.Remote). The caller's deadline and
 // cancellation travel with it; the call is never retried elsewhere.
 func (n *Node) CallTool(ctx context.Context, info device.Info, tool string, args json.RawMessage) (*device.CallResult, error) {
+	start := time.Now()
+	res, err := n.callRemote(ctx, info, tool, args)
+	n.obs.RoutedCallDone(DirectionOut, device.CodeOf(err), time.Since(start))
+	return res, err
+}
+
+func (n *Node) callRemote(ctx context.Context, info device.Info, tool string, args json.RawMessage) (*device.CallResult, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.RemoteCallLimit)
@@ -184,6 +195,12 @@ func (n *Node) CallTool(ctx context.Context, info device.Info, tool string, args
 	deadline, _ := ctx.Deadline()
 	data, _ := json.Marshal(callRequest{DeviceID: info.DeviceID, Tool: tool, Arguments: args})
 	id := nats.NewInbox()[len(nats.InboxPrefix):]
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if !n.trackOutgoing(info.Node, id, cancel) {
+		return nil, fmt.Errorf("%w: this node has left the fleet", device.ErrShutdown)
+	}
+	defer n.untrackOutgoing(info.Node, id)
 	msg := &nats.Msg{Subject: n.subject("call", info.Node, keyFor(info.DeviceID)), Data: data, Header: nats.Header{}}
 	msg.Header.Set(hdrCallID, id)
 	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
@@ -195,6 +212,7 @@ func (n *Node) CallTool(ctx context.Context, info device.Info, tool string, args
 			_ = n.nc.Publish(n.subject("cancel", info.Node), []byte(id))
 			return nil, fmt.Errorf("call to %s on node %s: %w", info.DeviceID, info.Node, context.Cause(ctx))
 		case errors.Is(err, nats.ErrNoResponders):
+			n.obs.RoutedCallNoResponder()
 			return nil, fmt.Errorf("%w: node %s, which holds %s, does not answer", device.ErrOffline, info.Node, info.DeviceID)
 		default:
 			return nil, fmt.Errorf("%w: %s is on node %s, unreachable: %v", device.ErrOffline, info.DeviceID, info.Node, err)
@@ -211,6 +229,44 @@ func (n *Node) CallTool(ctx context.Context, info device.Info, tool string, args
 		return nil, fmt.Errorf("node %s answered a call to %s without a result", info.Node, info.DeviceID)
 	}
 	return r.Result, nil
+}
+
+func (n *Node) trackOutgoing(node, id string, cancel context.CancelCauseFunc) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return false
+	}
+	calls := n.outgoing[node]
+	if calls == nil {
+		calls = map[string]context.CancelCauseFunc{}
+		n.outgoing[node] = calls
+	}
+	calls[id] = cancel
+	return true
+}
+
+func (n *Node) untrackOutgoing(node, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.outgoing[node], id)
+	if len(n.outgoing[node]) == 0 {
+		delete(n.outgoing, node)
+	}
+}
+
+// failOutgoing ends the calls waiting for an answer from node (every node
+// when ""): that answer can no longer come.
+func (n *Node) failOutgoing(node string, cause error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for holder, calls := range n.outgoing {
+		if node == "" || holder == node {
+			for _, c := range calls {
+				c(cause)
+			}
+		}
+	}
 }
 
 // err rebuilds the error the holder's Hub returned, so that CodeOf (and

@@ -73,7 +73,7 @@ func (c *Claims) HeldElsewhere(deviceID string) bool {
 	key := keyFor(deviceID)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.owned[key] != 0 {
+	if n.owned[key].rev != 0 {
 		return false
 	}
 	b := n.remote[key]
@@ -97,7 +97,7 @@ func (c *Claims) Claim(ctx context.Context, deviceID string) (bool, error) {
 		return false, ErrStopped
 	}
 	delete(n.releases, key) // a release not yet done is void: the board is wanted again
-	if n.owned[key] != 0 {
+	if n.owned[key].rev != 0 {
 		n.claimed[key] = deviceID
 		n.mu.Unlock()
 		return true, nil
@@ -122,7 +122,7 @@ func (c *Claims) Release(deviceID string) {
 		n.mu.Unlock()
 		return
 	}
-	n.releases[key] = n.owned[key]
+	n.releases[key] = n.owned[key].rev
 	delete(n.claimed, key)
 	delete(n.owned, key)
 	n.mu.Unlock()
@@ -222,7 +222,7 @@ func (n *Node) take(ctx context.Context, key, deviceID string, seen uint64) (boo
 	if n.stopped {
 		return false, ErrStopped
 	}
-	n.owned[key] = rev
+	n.owned[key] = ownRecord{rev: rev, deviceID: deviceID}
 	n.claimed[key] = deviceID
 	return true, nil
 }
@@ -281,7 +281,7 @@ func (n *Node) claimWork() {
 			}
 			c := cands[key]
 			n.mu.Lock()
-			mine := n.owned[key] != 0
+			mine := n.owned[key].rev != 0
 			n.mu.Unlock()
 			if mine {
 				continue

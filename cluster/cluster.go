@@ -48,6 +48,18 @@ type Config struct {
 	// (default 5 minutes): the holder still applies the board's own call
 	// timeouts.
 	RemoteCallLimit time.Duration
+	// CatalogGCInterval is how often the node with the lowest id among the
+	// live nodes looks for tool catalogs no board record references
+	// (default 10 minutes).
+	CatalogGCInterval time.Duration
+	// CatalogGrace is how long a catalog must stay unreferenced, at an
+	// unchanged revision, before it is deleted (default 30 minutes). It
+	// must be well above opTimeout: a node stores a catalog shortly before
+	// the board record that references it.
+	CatalogGrace time.Duration
+	// Observer, when set, is told about routed calls and failed directory
+	// writes (observe.Metrics implements it).
+	Observer Observer
 	// Advertise, when set, says where boards reach this node; every
 	// heartbeat carries it, so that another node's OTA answer can send a
 	// board here (Nodes).
@@ -72,6 +84,33 @@ type Endpoints struct {
 	// MQTTEndpoint is host:port of the node's own (embedded) broker.
 	MQTTEndpoint string `json:"mqtt_endpoint,omitempty"`
 }
+
+// Observer receives what a node does, for metrics. Its methods are called
+// on the node's paths, so they must be quick.
+type Observer interface {
+	// RoutedCallDone: a routed call ended. direction is DirectionOut (this
+	// node called a board another node holds) or DirectionIn (this node
+	// answered a call for one of its boards); code is "" on success.
+	RoutedCallDone(direction string, code device.Code, took time.Duration)
+	// RoutedCallNoResponder: an outgoing call found no node answering on
+	// the holder's subject (it counts as offline in RoutedCallDone too).
+	RoutedCallNoResponder()
+	// DirectoryWriteFailed: a write to one of the fleet's buckets
+	// ("boards", "catalogs", "nodes") failed.
+	DirectoryWriteFailed(bucket string)
+}
+
+// Directions of a routed call, as Observer.RoutedCallDone reports them.
+const (
+	DirectionOut = "out"
+	DirectionIn  = "in"
+)
+
+type nopObserver struct{}
+
+func (nopObserver) RoutedCallDone(string, device.Code, time.Duration) {}
+func (nopObserver) RoutedCallNoResponder()                            {}
+func (nopObserver) DirectoryWriteFailed(string)                       {}
 
 // DefaultNodeID is the host name plus a short random suffix, so that two
 // bridges on one machine (or a restarted one) never share an id.
@@ -134,11 +173,19 @@ type Heartbeat struct {
 
 // remoteBoard is a board another node holds, as the directory says.
 type remoteBoard struct {
-	rev  uint64
-	info device.Info
-	seen time.Time // when this node first read the record
+	rev     uint64
+	info    device.Info
+	catalog string    // digest of its tools
+	seen    time.Time // when this node first read the record
 	// claimed, released: the record's flags (see Record).
 	claimed, released bool
+}
+
+// ownRecord is what this node wrote for one of its own boards.
+type ownRecord struct {
+	rev      uint64
+	deviceID string
+	catalog  string
 }
 
 // Node joins a Hub to a fleet: it publishes the Hub's boards to the
@@ -162,18 +209,35 @@ type Node struct {
 	rewatch []chan struct{}
 	// dirty: a directory write failed; the next heartbeat resyncs.
 	dirty atomic.Bool
+	// reconnected: NATS came back; heartbeats beats at once, then resyncs.
+	reconnected chan struct{}
+	// repairs: another node deleted records of boards this node still
+	// holds (it took this node for dead); publishLocal writes them again.
+	repairs chan struct{}
+	// synced: the boards watch has delivered the directory's current
+	// values since it last (re)started, so the remote view is complete.
+	synced atomic.Bool
+	obs    Observer
 
 	mu       sync.Mutex
 	stopped  bool
 	started  time.Time
-	owned    map[string]uint64        // key → revision this node wrote for its own board
+	owned    map[string]ownRecord     // key → what this node wrote for its own board
 	remote   map[string]*remoteBoard  // key → board another node holds
 	alive    map[string]time.Time     // node → when its last heartbeat arrived (local clock)
+	beatRev  map[string]uint64        // node → revision of its last heartbeat seen
+	lost     map[string]string        // key → device id of an own record another node deleted
+	yielded  map[string]uint64        // key → generation of the local session that yielded it
+	unerased map[string]ownRecord     // key → own record whose delete failed (cut off); retried on resync
 	beats    map[string]Heartbeat     // node → its last heartbeat
 	placed   map[string]int           // node → boards sent there (Placed) since its last heartbeat
 	toolsOf  map[string][]device.Tool // catalog digest → tools
-	stored   map[string]bool          // catalog digests this node knows are stored
+	stored   map[string]time.Time     // catalog digest → when this node last wrote it
 	inflight map[string]context.CancelCauseFunc
+	// outgoing: calls this node routed and waits for, by holder node and
+	// call id, so that they end as offline when the holder is declared
+	// dead or this node loses NATS (the answer can no longer come).
+	outgoing map[string]map[string]context.CancelCauseFunc
 
 	// Boards held by claim (ShareBoards); nil share: none.
 	share      *shared
@@ -208,19 +272,50 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if cfg.SpentTTL <= 0 {
 		cfg.SpentTTL = DefaultSpentTTL
 	}
+	if cfg.CatalogGCInterval <= 0 {
+		cfg.CatalogGCInterval = 10 * time.Minute
+	}
+	if cfg.CatalogGrace <= 0 {
+		cfg.CatalogGrace = 30 * time.Minute
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
-		started: time.Now(), owned: map[string]uint64{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
+		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
+		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
+		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{}, unerased: map[string]ownRecord{},
 		beats: map[string]Heartbeat{}, placed: map[string]int{},
-		toolsOf: map[string][]device.Tool{}, stored: map[string]bool{}, inflight: map[string]context.CancelCauseFunc{},
-		claimed: map[string]string{}, lapsed: map[string]bool{}, releases: map[string]uint64{},
+		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{},
+		outgoing: map[string]map[string]context.CancelCauseFunc{},
+		claimed:  map[string]string{}, lapsed: map[string]bool{}, releases: map[string]uint64{},
 		candidates: map[string]candidate{}, claimC: make(chan struct{}, 1)}
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
+		// Nothing is buffered while NATS is away: a routed call or a
+		// directory write fails at once (the call as offline) instead of
+		// waiting for its deadline and then reaching NATS late, when its
+		// caller has given up or the write is stale.
+		nats.ReconnectBufSize(-1),
+		// A partition that drops packets without closing the connection is
+		// noticed within about the offline window, not the default 4 min.
+		nats.PingInterval(max(cfg.OfflineAfter/3, time.Second)), nats.MaxPingsOutstanding(2),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			n.log.Debug("NATS asynchronous error", zap.String("subject", subject), zap.Error(err))
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
-			n.askResync()
+			select {
+			case n.reconnected <- struct{}{}:
+			default:
+			}
 			n.mu.Lock()
 			rewatch := n.rewatch
 			n.mu.Unlock()
@@ -235,6 +330,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 			if err != nil {
 				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
 			}
+			n.failOutgoing("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
 		})}, cfg.Options...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
@@ -251,11 +347,11 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.beat()
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
-	if err := n.watch("nodes", n.nodes, n.onHeartbeat); err != nil {
+	if err := n.watch("nodes", n.nodes, n.onHeartbeat, nil); err != nil {
 		n.Abandon()
 		return nil, err
 	}
-	if err := n.watch("boards", n.boards, n.onBoard); err != nil {
+	if err := n.watch("boards", n.boards, n.onBoard, &n.synced); err != nil {
 		n.Abandon()
 		return nil, err
 	}
@@ -264,6 +360,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
+	n.goOwned(n.catalogGC)
 	hub.SetRemote(n)
 	n.log.Info("joined the fleet", zap.String("nats", nc.ConnectedUrlRedacted()),
 		zap.Duration("offline_after", cfg.OfflineAfter))
@@ -272,6 +369,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 
 // ID is this node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Connected reports whether the node is connected to NATS now.
+func (n *Node) Connected() bool { return n.nc.IsConnected() }
 
 func (n *Node) bucket(name string) string { return n.cfg.Prefix + "_" + name }
 
@@ -328,7 +428,11 @@ func (n *Node) Stop(ctx context.Context) {
 	}
 	n.mu.Lock()
 	owned, claimed := n.owned, n.claimed
-	n.owned, n.claimed = map[string]uint64{}, map[string]string{}
+	n.owned, n.claimed = map[string]ownRecord{}, map[string]string{}
+	for key, o := range n.unerased {
+		owned[key] = o
+	}
+	n.unerased = map[string]ownRecord{}
 	n.mu.Unlock()
 	if !n.nc.IsConnected() {
 		// Cut off from NATS: the others clean up when the heartbeat lapses.
@@ -336,12 +440,12 @@ func (n *Node) Stop(ctx context.Context) {
 		n.log.Info("left the fleet without NATS; the other nodes clean up after offline_after", zap.Int("boards", len(owned)))
 		return
 	}
-	for key, rev := range owned {
+	for key, o := range owned {
 		if id, ok := claimed[key]; ok {
-			n.handOver(ctx, key, id, rev)
+			n.handOver(ctx, key, id, o.rev)
 			continue
 		}
-		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
+		_ = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
 	}
 	_ = n.nodes.Delete(ctx, n.cfg.NodeID)
 	// Subscriptions ended in halt; flush the deletes, then close (Drain
@@ -371,6 +475,11 @@ func (n *Node) halt() bool {
 	n.stopped = true
 	for _, c := range n.inflight {
 		c(device.ErrShutdown)
+	}
+	for _, calls := range n.outgoing {
+		for _, c := range calls {
+			c(device.ErrShutdown)
+		}
 	}
 	n.mu.Unlock()
 	n.hub.SetRemote(nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -263,6 +264,69 @@ func TestDefaultNodeID(t *testing.T) {
 	require.NotEqual(t, a, b)
 	require.Equal(t, sanitize(a), a)
 	require.Equal(t, "aabbccddeeff", keyFor("AA:BB:CC:DD:EE:FF"))
+}
+
+// TestHolderLostMidCall: a routed call whose holder drops off NATS before
+// answering (crashed, or cut off) ends as offline once the holder is
+// declared dead, within the window, not at the call's deadline (here none,
+// so the 5-minute limit).
+func TestHolderLostMidCall(t *testing.T) {
+	url := startNATS(t)
+	p := startProxy(t, strings.TrimPrefix(url, "nats://"))
+	a, b := startNode(t, url, "a"), startNode(t, p.URL(), "b")
+	hold := make(chan struct{})
+	defer close(hold)
+	b.attach(t, "bb:00:00:00:00:03", hold)
+	require.Eventually(t, func() bool { return readyIDs(a.hub)["bb:00:00:00:00:03"] == "b" }, 10*time.Second, 20*time.Millisecond)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.hub.CallTool(context.Background(), "bb:00:00:00:00:03", "self.hold", nil)
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		s, ok := b.hub.Session("bb:00:00:00:00:03")
+		return ok && s.Pending() == 1
+	}, 10*time.Second, 10*time.Millisecond, "the call reached the board")
+	p.Cut()
+	select {
+	case err := <-done:
+		require.Equal(t, device.CodeOffline, device.CodeOf(err), "%v", err)
+		require.ErrorContains(t, err, "node b")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call waited for an answer a lost node cannot give")
+	}
+}
+
+// TestCutOffMidCall: a routed call in flight when its caller loses NATS
+// ends as offline at once (the answer can no longer arrive), long before
+// any window or deadline.
+func TestCutOffMidCall(t *testing.T) {
+	url := startNATS(t)
+	p := startProxy(t, strings.TrimPrefix(url, "nats://"))
+	a, x := startNodeWith(t, url, "a", time.Minute), startNodeWith(t, p.URL(), "x", time.Minute)
+	hold := make(chan struct{})
+	defer close(hold)
+	a.attach(t, "aa:00:00:00:00:03", hold)
+	require.Eventually(t, func() bool { return readyIDs(x.hub)["aa:00:00:00:00:03"] == "a" }, 10*time.Second, 20*time.Millisecond)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := x.hub.CallTool(context.Background(), "aa:00:00:00:00:03", "self.hold", nil)
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		s, ok := a.hub.Session("aa:00:00:00:00:03")
+		return ok && s.Pending() == 1
+	}, 10*time.Second, 10*time.Millisecond, "the call reached the board")
+	p.Cut()
+	select {
+	case err := <-done:
+		require.Equal(t, device.CodeOffline, device.CodeOf(err), "%v", err)
+		require.ErrorContains(t, err, "lost NATS")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call waited for an answer that cannot arrive")
+	}
 }
 
 // TestNodesCarryLoadAndEndpoints: every node's heartbeat says how many

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,6 +31,8 @@ func (n *Node) publishLocal(sub *device.Subscription) {
 			return
 		case <-n.resync:
 			n.resyncLocal()
+		case <-n.repairs:
+			n.repairLost()
 		case <-sub.C():
 			for _, ev := range sub.Next() {
 				if ev.Info.Node != "" {
@@ -51,6 +55,7 @@ func (n *Node) publishLocal(sub *device.Subscription) {
 // backlog, and when NATS comes back (the others may have cleaned this
 // node's boards up while it was cut off).
 func (n *Node) resyncLocal() {
+	n.eraseLeft()
 	for _, s := range n.hub.Sessions() {
 		info := s.Info()
 		if info.State != device.StateClosed {
@@ -59,23 +64,89 @@ func (n *Node) resyncLocal() {
 	}
 }
 
+// eraseLeft deletes the records of boards that left this node while their
+// delete could not be written (cut off from NATS): otherwise the fleet
+// would list them on this node for good. A board that is back on this node
+// meanwhile is left to the resync's put.
+func (n *Node) eraseLeft() {
+	n.mu.Lock()
+	left := n.unerased
+	n.unerased = map[string]ownRecord{}
+	n.mu.Unlock()
+	for key, o := range left {
+		if _, back := n.hub.Session(o.deviceID); back {
+			continue
+		}
+		n.erase(key, o)
+	}
+}
+
+// erase deletes one of this node's records, conditional on the revision
+// it wrote; a failure other than a newer revision is retried on resync.
+func (n *Node) erase(key string, o ownRecord) {
+	err := errors.New("cut off from NATS")
+	if n.nc.IsConnected() {
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+		err = n.boards.Delete(ctx, key, jetstream.LastRevision(o.rev))
+		cancel()
+	}
+	if err == nil || isWrongSequence(err) || n.ctx.Err() != nil {
+		return
+	}
+	if n.nc.IsConnected() {
+		n.obs.DirectoryWriteFailed("boards")
+	}
+	n.mu.Lock()
+	if _, mine := n.owned[key]; !mine && !n.stopped {
+		n.unerased[key] = o
+	}
+	n.mu.Unlock()
+	n.dirty.Store(true)
+}
+
+// repairLost writes again the records of this node's boards that another
+// node deleted, taking this node for dead (a partition longer than the
+// offline window, seen from the other side).
+func (n *Node) repairLost() {
+	n.mu.Lock()
+	lost := n.lost
+	n.lost = map[string]string{}
+	n.mu.Unlock()
+	for _, id := range lost {
+		if s, ok := n.hub.Session(id); ok {
+			if info := s.Info(); info.State != device.StateClosed {
+				n.putBoard(info)
+			}
+		}
+	}
+}
+
+// storeCatalog makes sure the catalogs bucket holds a tool list and
+// returns its digest. A digest this node wrote less than a quarter of
+// CatalogGrace ago is trusted; an older one is written again (a Put, which
+// bumps its revision), so the catalog GC, which deletes only at the
+// revision it saw unreferenced a whole grace period earlier, never deletes
+// a catalog a record is about to reference.
 func (n *Node) storeCatalog(ctx context.Context, tools []device.Tool) string {
 	if len(tools) == 0 {
 		return ""
 	}
 	d, data := digest(tools)
 	n.mu.Lock()
-	known := n.stored[d]
+	at, known := n.stored[d]
 	n.mu.Unlock()
-	if known {
+	if known && time.Since(at) < n.cfg.CatalogGrace/4 {
 		return d
 	}
-	if _, err := n.catalogs.Create(ctx, d, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		n.log.Warn("could not store a tool catalog; other nodes see the board without tools", zap.Error(err))
+	now := time.Now()
+	if _, err := n.catalogs.Put(ctx, d, data); err != nil {
+		n.obs.DirectoryWriteFailed("catalogs")
+		n.dirty.Store(true)
+		n.log.Warn("could not store a tool catalog; other nodes see the board without tools until the next try", zap.Error(err))
 		return d
 	}
 	n.mu.Lock()
-	n.stored[d] = true
+	n.stored[d] = now
 	n.toolsOf[d] = tools
 	n.mu.Unlock()
 	return d
@@ -86,18 +157,39 @@ func (n *Node) storeCatalog(ctx context.Context, tools []device.Tool) string {
 // connection wins): this node yields. A new local session overwrites
 // whatever record exists, by compare-and-set on its revision.
 func (n *Node) putBoard(info device.Info) {
+	if !n.nc.IsConnected() {
+		// Cut off from NATS: written again when it returns.
+		n.dirty.Store(true)
+		return
+	}
+	key := keyFor(info.DeviceID)
+	n.mu.Lock()
+	lost := n.yielded[key] == info.Generation && info.Generation != 0
+	n.mu.Unlock()
+	if lost {
+		// This session yielded the board to a newer connection elsewhere
+		// and is closing: writing it now would take the board back.
+		return
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
 	defer cancel()
-	key := keyFor(info.DeviceID)
 	rec := Record{Node: n.cfg.NodeID, DeviceID: info.DeviceID, ClientID: info.ClientID, Transport: info.Transport,
 		HasMCP: info.HasMCP, State: info.State.String(), Board: info.Board, FirmwareVersion: info.FirmwareVersion,
 		Catalog: n.storeCatalog(ctx, info.Tools), ConnectedAt: info.ConnectedAt, ReadyAt: info.ReadyAt,
 		Generation: info.Generation, Claimed: n.sharedTransport(info.Transport)}
 	data, _ := json.Marshal(rec)
+	own := func(rev uint64) {
+		n.mu.Lock()
+		delete(n.unerased, key)
+		if !n.stopped {
+			n.owned[key] = ownRecord{rev: rev, deviceID: info.DeviceID, catalog: rec.Catalog}
+		}
+		n.mu.Unlock()
+	}
 	var err error
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
 		n.mu.Lock()
-		mine := n.owned[key]
+		mine := n.owned[key].rev
 		n.mu.Unlock()
 		var entry jetstream.KeyValueEntry
 		var rev uint64
@@ -114,6 +206,12 @@ func (n *Node) putBoard(info device.Info) {
 				n.yield(info.DeviceID, cur.Node)
 				return
 			}
+			if cur.Node == n.cfg.NodeID && bytes.Equal(entry.Value(), data) {
+				// Already there (a resync after a short cut): no write,
+				// so no event on every node for nothing.
+				own(entry.Revision())
+				return
+			}
 			// A board held by claim goes to whoever claimed it first: a live
 			// holder is never overwritten, whatever connected last.
 			if rec.Claimed && cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node) {
@@ -127,19 +225,12 @@ func (n *Node) putBoard(info device.Info) {
 			}
 		}
 		if err == nil {
-			n.mu.Lock()
-			if !n.stopped {
-				n.owned[key] = rev
-				if rec.Claimed {
-					n.claimed[key] = info.DeviceID
-					delete(n.releases, key)
-				}
-			}
-			n.mu.Unlock()
+			own(rev)
 			return
 		}
 	}
 	if n.ctx.Err() == nil {
+		n.obs.DirectoryWriteFailed("boards")
 		n.dirty.Store(true)
 		n.log.Warn("could not write a board to the fleet directory; retrying with the next heartbeat",
 			zap.String("device_id", info.DeviceID), zap.Error(err))
@@ -154,32 +245,41 @@ func (n *Node) putBoard(info device.Info) {
 func (n *Node) deleteBoard(info device.Info) {
 	key := keyFor(info.DeviceID)
 	n.mu.Lock()
-	rev := n.owned[key]
+	o, ok := n.owned[key]
 	_, claimed := n.claimed[key]
 	delete(n.owned, key)
 	delete(n.claimed, key)
+	delete(n.lost, key)
+	if n.yielded[key] == info.Generation {
+		delete(n.yielded, key)
+	}
 	n.mu.Unlock()
-	if rev == 0 {
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
-	defer cancel()
 	if claimed && info.CloseCause == device.CauseShutdown {
-		n.handOver(ctx, key, info.DeviceID, rev)
+		ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+		defer cancel()
+		n.handOver(ctx, key, info.DeviceID, o.rev)
 		return
 	}
-	_ = n.boards.Delete(ctx, key, jetstream.LastRevision(rev))
+	n.erase(key, o)
 }
 
 // yield closes this node's connection of a board that connected to
 // another node more recently (a duplicated MAC, or a board that moved
 // while this node still held a stale connection).
 func (n *Node) yield(deviceID, other string) {
-	n.mu.Lock()
-	delete(n.owned, keyFor(deviceID))
-	delete(n.claimed, keyFor(deviceID))
-	n.mu.Unlock()
+	key := keyFor(deviceID)
 	s, ok := n.hub.Session(deviceID)
+	n.mu.Lock()
+	delete(n.owned, key)
+	delete(n.claimed, key)
+	delete(n.lost, key)
+	if ok {
+		n.yielded[key] = s.Info().Generation
+	}
+	n.mu.Unlock()
 	if !ok {
 		return
 	}
@@ -192,7 +292,13 @@ func (n *Node) yield(deviceID, other string) {
 // watch follows a bucket; apply sees every put and delete, starting with
 // the current values. After a reconnect the watch starts over (replaying
 // the current values), since a restarted server may not resume it.
-func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry)) error {
+// synced, when set, is true once the current values were all delivered.
+func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced *atomic.Bool) error {
+	setSynced := func(v bool) {
+		if synced != nil {
+			synced.Store(v)
+		}
+	}
 	w, err := kv.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch %s: %w", name, err)
@@ -222,14 +328,18 @@ func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.Ke
 			case e, ok := <-updates:
 				if !ok {
 					updates = nil
+					setSynced(false)
 					retry.Reset(time.Second)
 					continue
 				}
-				if e != nil { // nil marks the end of the initial values
-					apply(e)
+				if e == nil { // the end of the initial values
+					setSynced(true)
+					continue
 				}
+				apply(e)
 				continue
 			}
+			setSynced(false)
 			if w != nil {
 				_ = w.Stop()
 			}
@@ -263,6 +373,13 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 	}
 	hb.Node = node
 	n.mu.Lock()
+	if n.beatRev[node] == e.Revision() {
+		// The same heartbeat again: a restarted watch replays the last
+		// one, which says nothing about the node being alive now.
+		n.mu.Unlock()
+		return
+	}
+	n.beatRev[node] = e.Revision()
 	_, was := n.alive[node]
 	n.alive[node] = time.Now()
 	n.beats[node] = hb
@@ -291,6 +408,15 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		b := n.remote[key]
 		delete(n.remote, key)
 		_, shown := n.alive[nodeOf(b)]
+		if o, mine := n.owned[key]; mine && e.Revision() > o.rev {
+			// Another node deleted the record of a board this node still
+			// holds: it took this node for dead. Write it again.
+			n.lost[key] = o.deviceID
+			select {
+			case n.repairs <- struct{}{}:
+			default:
+			}
+		}
 		n.mu.Unlock()
 		if b != nil && shown && !b.released {
 			n.announce([]device.Event{offline(b.info, "the board went offline")})
@@ -309,7 +435,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		return
 	}
 	n.mu.Lock()
-	mine := n.owned[key]
+	mine := n.owned[key].rev
 	n.mu.Unlock()
 	if mine != 0 && e.Revision() > mine {
 		n.yield(rec.DeviceID, rec.Node)
@@ -324,7 +450,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	if old != nil && old.info.Node == rec.Node {
 		seen = old.seen
 	}
-	b := &remoteBoard{rev: e.Revision(), info: info, seen: seen, claimed: rec.Claimed, released: rec.Released}
+	b := &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, seen: seen, claimed: rec.Claimed, released: rec.Released}
 	n.remote[key] = b
 	_, shown := n.alive[rec.Node]
 	wasShown := shown && old != nil && !old.released
@@ -418,6 +544,12 @@ func (n *Node) heartbeats() {
 			return
 		case <-beat.C:
 			n.beat()
+		case <-n.reconnected:
+			// Heartbeat first, so that the others see this node alive
+			// before its boards come back, then write them all again: the
+			// others may have cleaned them up meanwhile.
+			n.beat()
+			n.askResync()
 		case <-check.C:
 			n.reap()
 		}
@@ -430,6 +562,7 @@ func (n *Node) beat() {
 	data, _ := json.Marshal(n.self())
 	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil {
 		if n.ctx.Err() == nil {
+			n.obs.DirectoryWriteFailed("nodes")
 			n.log.Debug("heartbeat not written", zap.Error(err))
 		}
 		return
@@ -500,6 +633,7 @@ func (n *Node) nodeDead(node, why string) {
 		}
 	}
 	n.mu.Unlock()
+	n.failOutgoing(node, fmt.Errorf("%w: node %s %s while the call ran; its outcome is unknown", device.ErrOffline, node, why))
 	if !was && len(gone) == 0 {
 		return
 	}
@@ -523,6 +657,12 @@ func (n *Node) nodeDead(node, why string) {
 // shared broker: it is adopted instead (by a node that shares, or left for
 // one).
 func (n *Node) cleanUp(key string, b *remoteBoard) {
+	if !n.nc.IsConnected() {
+		// A node cut off from NATS cannot tell a dead node from its own
+		// cut: it shows the boards offline but leaves the records to the
+		// nodes that still see the directory.
+		return
+	}
 	if b.claimed {
 		n.mu.Lock()
 		n.offerAdoption(key, b)

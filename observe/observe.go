@@ -64,6 +64,7 @@ type Metrics struct {
 	calls        *prometheus.CounterVec
 	callDuration *prometheus.HistogramVec
 	mcpRequests  *prometheus.CounterVec
+	cluster      clusterMetrics
 
 	mu      sync.Mutex
 	watched map[string]bool // Watch* calls made, each allowed once
@@ -80,6 +81,7 @@ func New(opts Options) *Metrics {
 		log:        opts.Logger,
 		transports: slices.Clone(opts.Transports),
 		watched:    map[string]bool{},
+		cluster:    newClusterMetrics(),
 		connects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "board_connects_total",
 			Help: "Boards that attached to the Hub (handshake done), by transport.",

@@ -54,3 +54,31 @@ func TestWatchOnceAndInteractions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, n, "two interaction states and the session gauge; no MQTT series while it is off")
 }
+
+// TestClusterSeries: the fleet series appear only with WatchCluster, every
+// direction, outcome and bucket at zero, and follow the naming rules.
+func TestClusterSeries(t *testing.T) {
+	m := New(Options{})
+	n, err := testutil.GatherAndCount(m.Registry(), "devicebridge_routed_calls_total", "devicebridge_cluster_nats_connected")
+	require.NoError(t, err)
+	assert.Zero(t, n, "a bridge running alone has no fleet series")
+
+	connected := true
+	m.WatchCluster(func() bool { return connected })
+	m.RoutedCallDone("out", "", time.Millisecond)
+	m.RoutedCallDone("in", device.CodeBusy, time.Millisecond)
+	m.RoutedCallNoResponder()
+	m.DirectoryWriteFailed("boards")
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.cluster.routedCalls.WithLabelValues("out", OutcomeOK)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.cluster.routedCalls.WithLabelValues("in", "busy")))
+	assert.Equal(t, 2*(len(device.Codes)+1), testutil.CollectAndCount(m.cluster.routedCalls))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.cluster.noResponders))
+	assert.Equal(t, 3, testutil.CollectAndCount(m.cluster.writeFailures))
+	n, err = testutil.GatherAndCount(m.Registry(), "devicebridge_cluster_nats_connected")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
