@@ -277,25 +277,7 @@ func TestHolderLostMidCall(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	b.attach(t, "bb:00:00:00:00:03", hold)
-	require.Eventually(t, func() bool { return readyIDs(a.hub)["bb:00:00:00:00:03"] == "b" }, 10*time.Second, 20*time.Millisecond)
-
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.hub.CallTool(context.Background(), "bb:00:00:00:00:03", "self.hold", nil)
-		done <- err
-	}()
-	require.Eventually(t, func() bool {
-		s, ok := b.hub.Session("bb:00:00:00:00:03")
-		return ok && s.Pending() == 1
-	}, 10*time.Second, 10*time.Millisecond, "the call reached the board")
-	p.Cut()
-	select {
-	case err := <-done:
-		require.Equal(t, device.CodeOffline, device.CodeOf(err), "%v", err)
-		require.ErrorContains(t, err, "node b")
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call waited for an answer a lost node cannot give")
-	}
+	callThroughCut(t, a, b, "bb:00:00:00:00:03", p, "node b")
 }
 
 // TestCutOffMidCall: a routed call in flight when its caller loses NATS
@@ -308,22 +290,29 @@ func TestCutOffMidCall(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	a.attach(t, "aa:00:00:00:00:03", hold)
-	require.Eventually(t, func() bool { return readyIDs(x.hub)["aa:00:00:00:00:03"] == "a" }, 10*time.Second, 20*time.Millisecond)
+	callThroughCut(t, x, a, "aa:00:00:00:00:03", p, "lost NATS")
+}
 
+// callThroughCut calls a held tool of holder's board mac from caller, cuts
+// p once the board has the call, and requires the call to end as offline
+// with a message containing want, long before any deadline (it has none).
+func callThroughCut(t *testing.T, caller, holder *node, mac string, p *proxy, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return readyIDs(caller.hub)[mac] == holder.node.ID() }, 10*time.Second, 20*time.Millisecond)
 	done := make(chan error, 1)
 	go func() {
-		_, err := x.hub.CallTool(context.Background(), "aa:00:00:00:00:03", "self.hold", nil)
+		_, err := caller.hub.CallTool(context.Background(), mac, "self.hold", nil)
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		s, ok := a.hub.Session("aa:00:00:00:00:03")
+		s, ok := holder.hub.Session(mac)
 		return ok && s.Pending() == 1
 	}, 10*time.Second, 10*time.Millisecond, "the call reached the board")
 	p.Cut()
 	select {
 	case err := <-done:
 		require.Equal(t, device.CodeOffline, device.CodeOf(err), "%v", err)
-		require.ErrorContains(t, err, "lost NATS")
+		require.ErrorContains(t, err, want)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call waited for an answer that cannot arrive")
 	}
