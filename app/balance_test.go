@@ -115,6 +115,7 @@ func TestOTASendsBoardsToTheLeastLoadedNode(t *testing.T) {
 			// The board boots the same way and lands on the quiet node.
 			res, conn, err := board.BootOTA(ctx, simulator.OTAConfig{URL: busy.OTAURL()})
 			require.NoError(t, err)
+			require.Equal(t, transport, res.Transport, "the boot's answer")
 			if conn != nil {
 				t.Cleanup(func() { _ = conn.Close() })
 			}
