@@ -35,8 +35,10 @@ type Stats struct {
 	// Refused counts sockets turned away by MaxConnections or
 	// MaxPendingHellos.
 	Refused int64
-	// TextIn, BinaryIn and TextOut count messages on connections that have
-	// closed; binary frames are board audio, accepted and not played.
+	// TextIn, BinaryIn and TextOut count messages of every connection,
+	// open or closed: Stats adds the live connections' own counters to the
+	// totals folded in as connections close. Binary frames are board
+	// audio, accepted and not played.
 	TextIn, BinaryIn, TextOut int64
 }
 
@@ -57,7 +59,10 @@ type Server struct {
 	wg            sync.WaitGroup // reader and writer goroutines of every conn
 
 	accepted, unauthorized, badRequests, helloFailures, refused atomic.Int64
-	textIn, binaryIn, textOut                                   atomic.Int64
+	// textIn, binaryIn and textOut hold the message counts of closed
+	// connections, folded in by untrack under mu; each live connection
+	// counts its own, so the hot path shares no cache line.
+	textIn, binaryIn, textOut atomic.Int64
 }
 
 // readBufferSize is each connection's read buffer.
@@ -93,15 +98,25 @@ func NewServer(cfg Config, hub *device.Hub, logger *zap.Logger) *Server {
 // Path is where the endpoint expects boards.
 func (s *Server) Path() string { return s.cfg.Path }
 
-// Stats returns the endpoint counters.
+// Stats returns the endpoint counters. It walks the live connections for
+// their message counts (one pass under the lock, three atomic loads each),
+// so the message counters never drop as a connection closes.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	active := int64(len(s.conns))
+	// Under mu: untrack folds a closing connection's counts and forgets it
+	// in one step, so each message is counted exactly once here.
+	textIn, binaryIn, textOut := s.textIn.Load(), s.binaryIn.Load(), s.textOut.Load()
+	for c := range s.conns {
+		textIn += c.textIn.Load()
+		binaryIn += c.binaryIn.Load()
+		textOut += c.textOut.Load()
+	}
 	s.mu.Unlock()
 	return Stats{Accepted: s.accepted.Load(), Unauthorized: s.unauthorized.Load(),
 		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active,
 		Refused: s.refused.Load(),
-		TextIn:  s.textIn.Load(), BinaryIn: s.binaryIn.Load(), TextOut: s.textOut.Load()}
+		TextIn:  textIn, BinaryIn: binaryIn, TextOut: textOut}
 }
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
@@ -294,12 +309,12 @@ func (s *Server) track(c *conn) bool {
 }
 
 func (s *Server) untrack(c *conn) {
-	// Fold the counters in before the connection stops counting as active,
-	// so Stats never shows it in neither place.
+	// Fold the counters in and forget the connection in one step under mu,
+	// so Stats counts its messages once: in the totals or as a live one.
+	s.mu.Lock()
 	s.textIn.Add(c.textIn.Load())
 	s.binaryIn.Add(c.binaryIn.Load())
 	s.textOut.Add(c.textOut.Load())
-	s.mu.Lock()
 	delete(s.conns, c)
 	s.open--
 	s.mu.Unlock()

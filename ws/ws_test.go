@@ -334,6 +334,11 @@ func TestBadFramesAreNotFatal(t *testing.T) {
 		require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(m)))
 	}
 	require.NoError(t, c.WriteMessage(websocket.BinaryMessage, []byte{1, 2, 3}))
+	// The message counters include live connections.
+	require.Eventually(t, func() bool {
+		st := b.srv.Stats()
+		return st.Active == 1 && st.TextIn == 4 && st.BinaryIn == 1 && st.TextOut >= 1
+	}, 5*time.Second, 5*time.Millisecond, "live connection's messages counted")
 	// Oversized: past the 64 KiB read limit, the bridge closes with a reason.
 	// The bridge may drop the socket before the client finishes writing the
 	// frame, so the client's own write error says nothing; the close reason does.
