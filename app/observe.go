@@ -38,6 +38,17 @@ func newMetrics(log *zap.Logger) *observe.Metrics {
 func (a *App) watchMetrics() {
 	a.Metrics.WatchHub(a.Hub)
 	a.Metrics.WatchMQTT(a.mqttStats)
+	a.Metrics.WatchWebSocket(a.wsStats)
+}
+
+// wsStats reads the device WebSocket listener's counters.
+func (a *App) wsStats() observe.WebSocketStats {
+	st := a.WS.Stats()
+	return observe.WebSocketStats{
+		Accepted: st.Accepted, Unauthorized: st.Unauthorized, BadRequests: st.BadRequests,
+		HelloFailures: st.HelloFailures, Refused: st.Refused, Active: st.Active,
+		TextIn: st.TextIn, BinaryIn: st.BinaryIn, TextOut: st.TextOut,
+	}
 }
 
 // mqttStats reads the MQTT gateway's counters, when one runs.

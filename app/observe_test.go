@@ -404,3 +404,68 @@ func TestEventStream(t *testing.T) {
 	}
 	assert.Equal(t, ": devicebridge events", <-comments, "the stream opens with a comment")
 }
+
+// wsHandshake sends a WebSocket handshake's headers as a plain GET, which
+// the device endpoint checks (token, then Device-Id) before upgrading.
+func wsHandshake(t *testing.T, a *app.App, header http.Header) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http"+strings.TrimPrefix(a.DeviceURL(), "ws"), nil)
+	require.NoError(t, err)
+	req.Header = header
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// TestWebSocketMetrics: the device WebSocket listener's counters are on
+// /metrics: handshakes by result, open connections, and messages, which
+// count while the connection is still open and do not drop when it closes.
+func TestWebSocketMetrics(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.Control.Tokens = []string{"ctl"}
+	cfg.WebSocket.Tokens = []string{"dev"}
+	a, base := startApp(t, cfg)
+	hc := tokenClient(t, "ctl")
+
+	m := scrapeMetrics(t, hc, base)
+	for _, r := range []string{"accepted", "unauthorized", "bad_request", "hello_failed", "refused"} {
+		assert.Equal(t, 0.0, m[metricSeries("devicebridge_ws_connections_total", "result", r)], r)
+		assert.Contains(t, m, metricSeries("devicebridge_ws_connections_total", "result", r), "every result from the start")
+	}
+	assert.Contains(t, m, metricSeries("devicebridge_ws_connections_active"))
+	assert.Contains(t, m, metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "binary"))
+
+	assert.Equal(t, http.StatusUnauthorized, wsHandshake(t, a, http.Header{"Device-Id": {"aa:00:00:00:0c:01"}}))
+	assert.Equal(t, http.StatusBadRequest, wsHandshake(t, a, http.Header{"Authorization": {"Bearer dev"}}), "no Device-Id")
+
+	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0c:01", Token: "dev"})
+	require.Eventually(t, func() bool {
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_boards", "state", "ready", "transport", "websocket")] == 1
+	}, obsWait, 10*time.Millisecond)
+	require.Equal(t, http.StatusOK, obsPost(t, hc, base+"/api/devices/aa:00:00:00:0c:01/call", `{"name":"self.get_device_status"}`))
+
+	m = scrapeMetrics(t, hc, base)
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_ws_connections_total", "result", "accepted")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_ws_connections_total", "result", "unauthorized")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_ws_connections_total", "result", "bad_request")])
+	assert.Equal(t, 0.0, m[metricSeries("devicebridge_ws_connections_total", "result", "hello_failed")])
+	assert.Equal(t, 1.0, m[metricSeries("devicebridge_ws_connections_active")])
+	// hello, initialize, tools/list and the call's reply in; the same out.
+	textIn := m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")]
+	textOut := m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")]
+	assert.GreaterOrEqual(t, textIn, 4.0, "a live connection's messages count")
+	assert.GreaterOrEqual(t, textOut, 4.0, "a live connection's messages count")
+
+	require.NoError(t, board.Close())
+	require.Eventually(t, func() bool {
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_ws_connections_active")] == 0
+	}, obsWait, 10*time.Millisecond)
+	m = scrapeMetrics(t, hc, base)
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")], textIn, "closing keeps the count")
+	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")], textOut, "closing keeps the count")
+}

@@ -8,8 +8,8 @@
 // device.HubConfig.Observer, the upstream MCP server as
 // tools.Options.Observer. Whatever is cheaper to read at scrape time than
 // to count as it happens (boards by state, call queue depth, MQTT gateway
-// counters, MCP sessions) is registered by the app's wiring with the Watch
-// methods, so those series are always exact.
+// and WebSocket listener counters, MCP sessions) is registered by the
+// app's wiring with the Watch methods, so those series are always exact.
 package observe
 
 import (

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,51 @@ func TestClusterSeries(t *testing.T) {
 	n, err = testutil.GatherAndCount(m.Registry(), "devicebridge_cluster_nats_connected")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+// TestWebSocketSeries: the WebSocket listener's series read their source
+// at scrape time, every result at its value, and follow the naming rules.
+func TestWebSocketSeries(t *testing.T) {
+	m := New(Options{})
+	st := WebSocketStats{Accepted: 3, Unauthorized: 1, BadRequests: 2, HelloFailures: 4, Refused: 5, Active: 2,
+		TextIn: 10, BinaryIn: 7, TextOut: 9}
+	m.WatchWebSocket(func() WebSocketStats { return st })
+	m.WatchWebSocket(func() WebSocketStats { return WebSocketStats{} })
+	st.Accepted = 6 // read at scrape time, not at registration
+	expected := `
+# HELP devicebridge_ws_connections_active Board WebSocket connections open now, hello pending included.
+# TYPE devicebridge_ws_connections_active gauge
+devicebridge_ws_connections_active 2
+`
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), "devicebridge_ws_connections_active"))
+	n, err := testutil.GatherAndCount(m.Registry(), "devicebridge_ws_connections_total", "devicebridge_ws_messages_total")
+	require.NoError(t, err)
+	assert.Equal(t, 5+3, n, "five results, three direction and kind pairs")
+	fams, err := m.Registry().Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range mt.GetLabel() {
+				key += "," + l.GetValue()
+			}
+			if mt.GetCounter() != nil {
+				got[key] = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	assert.Equal(t, 6.0, got["devicebridge_ws_connections_total,accepted"])
+	assert.Equal(t, 1.0, got["devicebridge_ws_connections_total,unauthorized"])
+	assert.Equal(t, 2.0, got["devicebridge_ws_connections_total,bad_request"])
+	assert.Equal(t, 4.0, got["devicebridge_ws_connections_total,hello_failed"])
+	assert.Equal(t, 5.0, got["devicebridge_ws_connections_total,refused"])
+	assert.Equal(t, 10.0, got["devicebridge_ws_messages_total,in,text"])
+	assert.Equal(t, 7.0, got["devicebridge_ws_messages_total,in,binary"])
+	assert.Equal(t, 9.0, got["devicebridge_ws_messages_total,out,text"])
 	problems, err := testutil.GatherAndLint(m.Registry())
 	require.NoError(t, err)
 	assert.Empty(t, problems)
