@@ -64,6 +64,9 @@ type DevicesConfig struct {
 	QueueSize      int                      `yaml:"queue_size"`
 	MaxPages       int                      `yaml:"max_pages"`
 	MaxTools       int                      `yaml:"max_tools"`
+	// MaxProbes bounds liveness probes of idle boards in flight across the
+	// bridge (device.HubConfig.MaxProbes); 0 means device.DefaultMaxProbes.
+	MaxProbes int `yaml:"max_probes"`
 	// Vision is handed to camera boards in initialize.
 	Vision *device.Vision `yaml:"vision"`
 	// Flapping stops two live connections that keep replacing each other
@@ -90,7 +93,7 @@ func Default() Config {
 		ControlListen:   "127.0.0.1:8080",
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
-		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts()},
+		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts(), MaxProbes: device.DefaultMaxProbes},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
@@ -132,6 +135,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.WebSocket.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Devices.MaxProbes < 0 {
+		errs = append(errs, fmt.Errorf("devices.max_probes %d: use 1 or more, or 0 for the default (%d)", c.Devices.MaxProbes, device.DefaultMaxProbes))
 	}
 	if c.Simulate.Count < 0 {
 		errs = append(errs, errors.New("simulate.count must not be negative"))
@@ -179,6 +185,7 @@ func (c Config) hubConfig(version string) device.HubConfig {
 		InitTimeout: d.InitTimeout,
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,
+		MaxProbes:   d.MaxProbes,
 	}
 }
 
