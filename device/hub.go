@@ -108,9 +108,9 @@ type Hub struct {
 	seq     uint64
 	epoch   string
 	history eventRing
-	gen      uint64
-	closed   bool
-	wg       sync.WaitGroup // one per running session and per keepalive loop
+	gen     uint64
+	closed  bool
+	wg      sync.WaitGroup // one per running session and per keepalive loop
 	// flaps tracks device ids whose live sessions keep being replaced.
 	flaps map[string]*flapState
 	// probes holds one token per keepalive probe in flight.
