@@ -42,7 +42,7 @@ func (h *Hub) SubscribeAfter(opts SubscribeOptions, after uint64) (*Subscription
 		h.callSubs.Add(1)
 	}
 	hist := History{Seq: h.seq}
-	if cap(h.history.buf) == 0 || after > h.seq || h.seq-after > uint64(h.history.len()) {
+	if h.cfg.EventHistory <= 0 || after > h.seq || h.seq-after > uint64(h.history.len()) {
 		return sub, hist
 	}
 	hist.Complete = true

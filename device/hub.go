@@ -314,7 +314,7 @@ func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMess
 	if h.cfg.Observer != nil {
 		h.cfg.Observer.CallDone(transport, code, took)
 	}
-	if h.callSubs.Load() > 0 || cap(h.history.buf) > 0 {
+	if h.callSubs.Load() > 0 || h.cfg.EventHistory > 0 {
 		h.mu.Lock()
 		h.publishLocked(Event{Type: EventCall, DeviceID: deviceID,
 			Call: CallOutcome{Transport: transport, Tool: tool, Code: code, Duration: took}})
