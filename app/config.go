@@ -74,7 +74,14 @@ type DevicesConfig struct {
 // ControlConfig secures the control API.
 type ControlConfig struct {
 	Tokens []string `yaml:"tokens"`
+	// EventsReplay is how many recent events the bridge keeps so that an
+	// /api/events client that reconnects with Last-Event-ID gets what it
+	// missed; 0 keeps none (every resume starts with a resync).
+	EventsReplay int `yaml:"events_replay"`
 }
+
+// DefaultEventsReplay is control.events_replay's default.
+const DefaultEventsReplay = 1024
 
 // SimulateConfig starts simulated boards inside the bridge process.
 type SimulateConfig struct {
@@ -91,6 +98,7 @@ func Default() Config {
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
 		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts()},
+		Control:         ControlConfig{EventsReplay: DefaultEventsReplay},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
@@ -132,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.WebSocket.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Control.EventsReplay < 0 {
+		errs = append(errs, errors.New("control.events_replay must not be negative (0 keeps no events)"))
 	}
 	if c.Simulate.Count < 0 {
 		errs = append(errs, errors.New("simulate.count must not be negative"))
@@ -179,6 +190,9 @@ func (c Config) hubConfig(version string) device.HubConfig {
 		InitTimeout: d.InitTimeout,
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,
+		// The Hub keeps the history: its events carry the seqs /api/events
+		// resumes from.
+		EventHistory: c.Control.EventsReplay,
 	}
 }
 
