@@ -6,10 +6,14 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,10 +113,73 @@ type CallEvent struct {
 	DurationMS float64 `json:"duration_ms"`
 }
 
+// ResyncEvent is the data of a resync event: re-read GET /api/devices.
+// Reason says why: "behind" (the client fell too far behind and its
+// backlog was dropped), or, first on a stream that asked to resume
+// (Last-Event-ID), "malformed" (not an id of this API), "foreign" (an id
+// from another bridge process or fleet node) or "too_old" (the events after
+// it are no longer held: control.events_replay).
+type ResyncEvent struct {
+	Reason string `json:"reason"`
+}
+
+// Resync reasons.
+const (
+	ResyncBehind    = "behind"
+	ResyncMalformed = "malformed"
+	ResyncForeign   = "foreign"
+	ResyncTooOld    = "too_old"
+)
+
+// lastEventID is where a client asks to resume: the Last-Event-ID header
+// (EventSource sends it when it reconnects), or ?last_event_id= for
+// clients that cannot set headers. "" means a fresh stream.
+func lastEventID(r *http.Request) string {
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		return id
+	}
+	return r.URL.Query().Get("last_event_id")
+}
+
+// parseEventID splits an event id, "<epoch>-<seq>".
+func parseEventID(id string) (epoch string, seq uint64, ok bool) {
+	epoch, n, found := strings.Cut(id, "-")
+	if !found || epoch == "" {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(n, 10, 64)
+	return epoch, seq, err == nil
+}
+
+// subscribe opens the stream's subscription. With a last event id it also
+// returns the events to replay first, or a resync event (with its reason)
+// when the id cannot be resumed from.
+func (s *Server) subscribe(lastID string) (*device.Subscription, []device.Event, string) {
+	opts := device.SubscribeOptions{Calls: true}
+	if lastID == "" {
+		return s.hub.SubscribeWith(opts), nil, ""
+	}
+	epoch, after, ok := parseEventID(lastID)
+	reason := ""
+	switch {
+	case !ok:
+		reason, after = ResyncMalformed, math.MaxUint64
+	case epoch != s.hub.Epoch():
+		reason, after = ResyncForeign, math.MaxUint64
+	}
+	sub, hist := s.hub.SubscribeAfter(opts, after)
+	if !hist.Complete {
+		return sub, []device.Event{{Type: device.EventResync, Seq: hist.Seq}}, cmp.Or(reason, ResyncTooOld)
+	}
+	return sub, hist.Replay, ""
+}
+
 // events streams the Hub's events as Server-Sent Events until the client
 // goes or the bridge shuts down. The subscription exists before the
 // response headers are sent, so a client that reads GET /api/devices
-// after the stream opened misses nothing.
+// after the stream opened misses nothing. A client that resumes
+// (Last-Event-ID) first gets the events it missed, from the Hub's history,
+// or a resync when they are not all there.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.streams.done:
@@ -121,11 +188,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	default:
 	}
 	rc := http.NewResponseController(w)
-	sub := s.hub.SubscribeWith(device.SubscribeOptions{Calls: true})
+	lastID := lastEventID(r)
+	sub, replay, reason := s.subscribe(lastID)
 	defer sub.Close()
 	log := s.log.With(zap.String("remote", r.RemoteAddr))
-	log.Debug("event stream opened")
+	log.Debug("event stream opened", zap.String("last_event_id", lastID), zap.Int("replay", len(replay)),
+		zap.String("resync", reason))
 	who := policy.IdentityFrom(r.Context())
+	epoch := s.hub.Epoch()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -144,13 +214,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		buf.Reset()
 		return rc.Flush()
 	}
+	// sent is the seq of the last event written: the replay and the
+	// subscription never overlap, but a stream never repeats an event.
+	var sent uint64
+	write := func(evs []device.Event, reason string) {
+		for _, ev := range evs {
+			if ev.Seq != 0 && ev.Seq <= sent {
+				continue
+			}
+			ev, ok := s.visibleEvent(who, ev)
+			if !ok {
+				continue
+			}
+			sent = max(sent, ev.Seq)
+			writeEvent(&buf, epoch, ev, cmp.Or(reason, ResyncBehind), s.alias)
+		}
+	}
 	buf.WriteString(": devicebridge events\n\n")
+	write(replay, reason)
+	replay = nil
 	if err := send(); err != nil {
 		return
 	}
 	heartbeat := time.NewTicker(s.opts.EventsHeartbeat)
 	defer heartbeat.Stop()
-	var id uint64
 	for {
 		select {
 		case <-r.Context().Done():
@@ -162,14 +249,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-heartbeat.C:
 			buf.WriteString(": heartbeat\n\n")
 		case <-sub.C():
-			for _, ev := range sub.Next() {
-				ev, ok := s.visibleEvent(who, ev)
-				if !ok {
-					continue
-				}
-				id++
-				writeEvent(&buf, id, ev, s.alias)
-			}
+			write(sub.Next(), "")
 		}
 		if err := send(); err != nil {
 			log.Debug("event stream write failed", zap.Error(err))
@@ -178,8 +258,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeEvent appends one SSE frame: id, event name, one line of JSON.
-func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event, alias func(string) string) {
+// writeEvent appends one SSE frame: id ("<epoch>-<seq>"), event name, one
+// line of JSON. reason is a resync's.
+func writeEvent(buf *bytes.Buffer, epoch string, ev device.Event, reason string, alias func(string) string) {
 	var data any
 	switch ev.Type {
 	case device.EventCall:
@@ -190,7 +271,7 @@ func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event, alias func(string
 		data = CallEvent{DeviceID: ev.DeviceID, Transport: ev.Call.Transport, Tool: ev.Call.Tool, Code: code,
 			DurationMS: float64(ev.Call.Duration.Microseconds()) / 1000}
 	case device.EventResync:
-		data = struct{}{} // re-read GET /api/devices
+		data = ResyncEvent{Reason: reason} // re-read GET /api/devices
 	default:
 		b := BoardEvent{Info: ev.Info, ToolCount: len(ev.Info.Tools)}
 		if alias != nil {
@@ -202,5 +283,5 @@ func writeEvent(buf *bytes.Buffer, id uint64, ev device.Event, alias func(string
 	if err != nil {
 		b = []byte("{}")
 	}
-	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", id, ev.Type, b)
+	fmt.Fprintf(buf, "id: %s-%d\nevent: %s\ndata: %s\n\n", epoch, ev.Seq, ev.Type, b)
 }

@@ -78,14 +78,26 @@ func first(next func() (string, bool)) string { l, _ := next(); return l }
 // TestWriteEvent: the frame of each event type.
 func TestWriteEvent(t *testing.T) {
 	var b bytes.Buffer
-	writeEvent(&b, 7, device.Event{Type: device.EventResync}, nil)
-	assert.Equal(t, "id: 7\nevent: resync\ndata: {}\n\n", b.String())
+	writeEvent(&b, "0badcafe", device.Event{Seq: 7, Type: device.EventResync}, ResyncBehind, nil)
+	assert.Equal(t, "id: 0badcafe-7\nevent: resync\ndata: {\"reason\":\"behind\"}\n\n", b.String())
 	b.Reset()
-	writeEvent(&b, 8, device.Event{Type: device.EventCall, DeviceID: "aa:bb:cc:dd:ee:ff", Call: device.CallOutcome{
-		Transport: "mqtt", Tool: "self.lamp.turn_on", Code: device.CodeTimeout, Duration: 1500 * time.Microsecond}}, nil)
-	assert.Equal(t, "id: 8\nevent: call\ndata: "+
+	writeEvent(&b, "0badcafe", device.Event{Seq: 8, Type: device.EventCall, DeviceID: "aa:bb:cc:dd:ee:ff", Call: device.CallOutcome{
+		Transport: "mqtt", Tool: "self.lamp.turn_on", Code: device.CodeTimeout, Duration: 1500 * time.Microsecond}}, "", nil)
+	assert.Equal(t, "id: 0badcafe-8\nevent: call\ndata: "+
 		`{"device_id":"aa:bb:cc:dd:ee:ff","transport":"mqtt","tool":"self.lamp.turn_on","code":"timeout","duration_ms":1.5}`+"\n\n",
 		b.String())
+}
+
+// TestParseEventID: "<epoch>-<seq>" and nothing else.
+func TestParseEventID(t *testing.T) {
+	epoch, seq, ok := parseEventID("0badcafe-42")
+	assert.True(t, ok)
+	assert.Equal(t, "0badcafe", epoch)
+	assert.Equal(t, uint64(42), seq)
+	for _, bad := range []string{"", "42", "-42", "0badcafe-", "0badcafe-x", "0badcafe--1", "0badcafe-1-2"} {
+		_, _, ok := parseEventID(bad)
+		assert.False(t, ok, bad)
+	}
 }
 
 func decodeJSON(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -316,7 +317,21 @@ func TestEventsFollowThePolicy(t *testing.T) {
 	ev := nextSSE(t, events)
 	require.Equal(t, "call", ev.Event)
 	require.Equal(t, kitchenMAC, ev.Data["device_id"], "the office call is not in the kitchen's stream")
-	require.Equal(t, 1, ev.ID)
+	require.Greater(t, ev.Seq, 1, "ids count the bridge's events, not the stream's")
+
+	// A replay follows the policy exactly as the live stream does: resumed
+	// from before both calls, the kitchen gets its own call again and not
+	// the office's, which the office's stream does replay.
+	before := fmt.Sprintf("%s-%d", ev.Epoch, ev.Seq-2)
+	kitchen := openSSE(t, kitchenHC, ab.base+"/api/events", before)
+	replayed := nextSSE(t, kitchen)
+	require.Equal(t, ev.ID, replayed.ID, "the office call is not replayed to the kitchen")
+	require.Equal(t, kitchenMAC, replayed.Data["device_id"])
+	office := openSSE(t, officeHC, ab.base+"/api/events", before)
+	replayed = nextSSE(t, office)
+	require.Equal(t, "call", replayed.Event)
+	require.Equal(t, ev.Seq-1, replayed.Seq)
+	require.Equal(t, officeMAC, replayed.Data["device_id"])
 }
 
 // TestRequiredScope: with auth.oauth.scopes, a token without them gets

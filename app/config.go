@@ -77,7 +77,14 @@ type DevicesConfig struct {
 // ControlConfig secures the control API.
 type ControlConfig struct {
 	Tokens []string `yaml:"tokens"`
+	// EventsReplay is how many recent events the bridge keeps so that an
+	// /api/events client that reconnects with Last-Event-ID gets what it
+	// missed; 0 keeps none (every resume starts with a resync).
+	EventsReplay int `yaml:"events_replay"`
 }
+
+// DefaultEventsReplay is control.events_replay's default.
+const DefaultEventsReplay = 1024
 
 // SimulateConfig starts simulated boards inside the bridge process.
 type SimulateConfig struct {
@@ -94,6 +101,7 @@ func Default() Config {
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
 		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts(), MaxProbes: device.DefaultMaxProbes},
+		Control:         ControlConfig{EventsReplay: DefaultEventsReplay},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
@@ -138,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.Devices.MaxProbes < 0 {
 		errs = append(errs, fmt.Errorf("devices.max_probes %d: use 1 or more, or 0 for the default (%d)", c.Devices.MaxProbes, device.DefaultMaxProbes))
+	}
+	if c.Control.EventsReplay < 0 {
+		errs = append(errs, errors.New("control.events_replay must not be negative (0 keeps no events)"))
 	}
 	if c.Simulate.Count < 0 {
 		errs = append(errs, errors.New("simulate.count must not be negative"))
@@ -186,6 +197,9 @@ func (c Config) hubConfig(version string) device.HubConfig {
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,
 		MaxProbes:   d.MaxProbes,
+		// The Hub keeps the history: its events carry the seqs /api/events
+		// resumes from.
+		EventHistory: c.Control.EventsReplay,
 	}
 }
 

@@ -57,3 +57,21 @@ func TestFlowConfig(t *testing.T) {
 	_, err = app.ParseArgs("bridge", []string{"--flow=false", "--flow-secret", "short"})
 	require.NoError(t, err)
 }
+
+// TestEventsReplayConfig: control.events_replay defaults to 1024, is read
+// from the file (0 keeps none), and a negative value is refused.
+func TestEventsReplayConfig(t *testing.T) {
+	cfg, err := app.ParseArgs("bridge", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1024, cfg.Control.EventsReplay)
+
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("control:\n  events_replay: 0\n"), 0o600))
+	cfg, err = app.ParseArgs("bridge", []string{"--config", path})
+	require.NoError(t, err)
+	assert.Equal(t, 0, cfg.Control.EventsReplay)
+
+	require.NoError(t, os.WriteFile(path, []byte("control:\n  events_replay: -1\n"), 0o600))
+	_, err = app.ParseArgs("bridge", []string{"--config", path})
+	require.ErrorContains(t, err, "control.events_replay must not be negative")
+}

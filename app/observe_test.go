@@ -292,7 +292,10 @@ func TestReadyzNamesTheFailingCheck(t *testing.T) {
 
 // sseEvent is one parsed Server-Sent Event.
 type sseEvent struct {
-	ID    int
+	// ID is the event's id, "<epoch>-<seq>"; Epoch and Seq are its parts.
+	ID    string
+	Epoch string
+	Seq   int
 	Event string
 	Data  map[string]any
 }
@@ -311,18 +314,32 @@ func readSSE(body io.Reader, events chan<- sseEvent, comments chan<- string) {
 			}
 			ev = sseEvent{}
 		case strings.HasPrefix(line, ":"):
+			if comments == nil {
+				continue
+			}
 			select {
 			case comments <- line:
 			default:
 			}
 		case strings.HasPrefix(line, "id: "):
-			ev.ID, _ = strconv.Atoi(strings.TrimPrefix(line, "id: "))
+			ev.ID = strings.TrimPrefix(line, "id: ")
+			epoch, seq, _ := strings.Cut(ev.ID, "-")
+			ev.Epoch, ev.Seq = epoch, atoi(seq)
 		case strings.HasPrefix(line, "event: "):
 			ev.Event = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.Data)
 		}
 	}
+}
+
+// atoi is strconv.Atoi, -1 for anything but a number.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func nextSSE(t *testing.T, events <-chan sseEvent) sseEvent {
@@ -362,7 +379,8 @@ func TestEventStream(t *testing.T) {
 	board := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0b:03"})
 	ev := nextSSE(t, events)
 	assert.Equal(t, "online", ev.Event)
-	assert.Equal(t, 1, ev.ID)
+	assert.Equal(t, 1, ev.Seq)
+	assert.Regexp(t, "^[0-9a-f]{8}-1$", ev.ID, "<epoch>-<seq>")
 	assert.Equal(t, "aa:00:00:00:0b:03", ev.Data["device_id"])
 	assert.Equal(t, "websocket", ev.Data["transport"])
 	assert.Equal(t, "ready", ev.Data["state"])
@@ -374,20 +392,20 @@ func TestEventStream(t *testing.T) {
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":300}}`))
 	ev = nextSSE(t, events)
 	assert.Equal(t, "call", ev.Event)
-	assert.Equal(t, 2, ev.ID)
+	assert.Equal(t, 2, ev.Seq)
 	assert.Equal(t, map[string]any{"device_id": "aa:00:00:00:0b:03", "transport": "websocket",
 		"tool": "self.audio_speaker.set_volume", "code": "ok", "duration_ms": ev.Data["duration_ms"]}, ev.Data,
 		"no arguments, no results")
 	assert.Positive(t, ev.Data["duration_ms"])
 	ev = nextSSE(t, events)
 	assert.Equal(t, "call", ev.Event)
-	assert.Equal(t, 3, ev.ID)
+	assert.Equal(t, 3, ev.Seq)
 	assert.Equal(t, "invalid_arguments", ev.Data["code"])
 
 	require.NoError(t, board.Close())
 	ev = nextSSE(t, events)
 	assert.Equal(t, "offline", ev.Event)
-	assert.Equal(t, 4, ev.ID)
+	assert.Equal(t, 4, ev.Seq)
 	assert.Equal(t, "closed", ev.Data["state"])
 	assert.Equal(t, "disconnected", ev.Data["close_cause"])
 	assert.NotEmpty(t, ev.Data["close_reason"])
@@ -468,4 +486,117 @@ func TestWebSocketMetrics(t *testing.T) {
 	m = scrapeMetrics(t, hc, base)
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")], textIn, "closing keeps the count")
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")], textOut, "closing keeps the count")
+// openSSE opens /api/events, resuming after lastID unless it is "" (sent
+// as Last-Event-ID, as EventSource does), and parses it until the test
+// ends.
+func openSSE(t *testing.T, hc *http.Client, url, lastID string) <-chan sseEvent {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	events := make(chan sseEvent, 64)
+	go readSSE(resp.Body, events, nil)
+	return events
+}
+
+// TestEventStreamResume: a client that reconnects with the id of the last
+// event it saw gets exactly the events it missed, in order, then live ones;
+// an id the bridge cannot resume from (foreign, malformed, older than
+// control.events_replay) starts the stream with a resync saying why.
+func TestEventStreamResume(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.Control.Tokens = []string{"ctl"}
+	cfg.Control.EventsReplay = 4 // the four events missed below, and no more
+	a, base := startApp(t, cfg)
+	hc := tokenClient(t, "ctl")
+	call := func(mac string, volume int) {
+		t.Helper()
+		obsPost(t, hc, base+"/api/devices/"+mac+"/call",
+			fmt.Sprintf(`{"name":"self.audio_speaker.set_volume","arguments":{"volume":%d}}`, volume))
+	}
+	listed := func(mac string) string { // the board's state in /api/devices
+		var list deviceList
+		getWith(t, hc, base+"/api/devices", &list)
+		for _, d := range list.Devices {
+			if d.DeviceID == mac {
+				return d.State
+			}
+		}
+		return ""
+	}
+
+	// The first stream sees board A come online, then the client goes.
+	req, err := http.NewRequest(http.MethodGet, base+"/api/events", nil)
+	require.NoError(t, err)
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	first := make(chan sseEvent, 64)
+	go readSSE(resp.Body, first, nil)
+	boardA := obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0c:01"})
+	seen := nextSSE(t, first)
+	require.Equal(t, "online", seen.Event)
+	require.NoError(t, resp.Body.Close())
+	for range first { // the stream ended
+	}
+
+	// While it is away: two calls, A goes, B comes.
+	call("aa:00:00:00:0c:01", 35)
+	call("aa:00:00:00:0c:01", 300)
+	require.NoError(t, boardA.Close())
+	require.Eventually(t, func() bool { return listed("aa:00:00:00:0c:01") != "ready" }, obsWait, time.Millisecond)
+	obsBoard(t, a, simulator.Config{MAC: "aa:00:00:00:0c:02"})
+	require.Eventually(t, func() bool { return listed("aa:00:00:00:0c:02") == "ready" }, obsWait, time.Millisecond)
+
+	// Resumed: exactly the missed events, in order, then live ones.
+	resumed := openSSE(t, hc, base+"/api/events", seen.ID)
+	var got []string
+	for i := range 4 {
+		ev := nextSSE(t, resumed)
+		assert.Equal(t, seen.Epoch, ev.Epoch)
+		assert.Equal(t, seen.Seq+1+i, ev.Seq, "no gap, no duplicate")
+		got = append(got, fmt.Sprintf("%s %v %v", ev.Event, ev.Data["device_id"], ev.Data["code"]))
+	}
+	assert.Equal(t, []string{
+		"call aa:00:00:00:0c:01 ok", "call aa:00:00:00:0c:01 invalid_arguments",
+		"offline aa:00:00:00:0c:01 <nil>", "online aa:00:00:00:0c:02 <nil>"}, got)
+	call("aa:00:00:00:0c:02", 40)
+	live := nextSSE(t, resumed)
+	assert.Equal(t, "call", live.Event)
+	assert.Equal(t, seen.Seq+5, live.Seq)
+	assert.Equal(t, "aa:00:00:00:0c:02", live.Data["device_id"])
+
+	// ?last_event_id= works as the header does; the history holds exactly
+	// control.events_replay events: the oldest one it can resume after is
+	// four back.
+	q := openSSE(t, hc, fmt.Sprintf("%s/api/events?last_event_id=%s-%d", base, live.Epoch, live.Seq-4), "")
+	ev := nextSSE(t, q)
+	assert.Equal(t, live.Seq-3, ev.Seq)
+	assert.Equal(t, "call", ev.Event)
+
+	for _, c := range []struct{ id, reason string }{
+		{seen.ID, "too_old"}, // five events ago: beyond the bound
+		{"0badcafe-1", "foreign"},
+		{"not-an-id", "malformed"},
+		{"12345", "malformed"},
+	} {
+		if c.id == "0badcafe-1" && live.Epoch == "0badcafe" {
+			continue
+		}
+		s := openSSE(t, hc, base+"/api/events", c.id)
+		ev := nextSSE(t, s)
+		assert.Equal(t, "resync", ev.Event, c.id)
+		assert.Equal(t, map[string]any{"reason": c.reason}, ev.Data, c.id)
+		assert.Equal(t, fmt.Sprintf("%s-%d", live.Epoch, live.Seq), ev.ID, "resync names the last event: resuming from it misses nothing")
+		call("aa:00:00:00:0c:02", 41)
+		next := nextSSE(t, s)
+		assert.Equal(t, "call", next.Event, "then live events")
+		live = next
+	}
 }

@@ -53,6 +53,11 @@ type HubConfig struct {
 	// gateway's queue at the broker, in particular. 0 means
 	// DefaultMaxInitializing.
 	MaxInitializing int
+	// EventHistory is how many recent events the Hub keeps so that a
+	// subscriber can resume after the last one it saw (SubscribeAfter); 0
+	// keeps none. With a history, call outcomes are recorded even while
+	// no subscriber asks for them.
+	EventHistory int
 }
 
 // DefaultMaxInitializing is HubConfig.MaxInitializing's default.
@@ -98,9 +103,14 @@ type Hub struct {
 	// callSubs counts subscriptions that receive EventCall, so calls skip
 	// the lock while nobody listens.
 	callSubs atomic.Int32
-	gen      uint64
-	closed   bool
-	wg       sync.WaitGroup // one per running session and per keepalive loop
+	// seq numbers the published events (Event.Seq); epoch names this Hub's
+	// numbering (Epoch); history holds the last EventHistory of them.
+	seq     uint64
+	epoch   string
+	history eventRing
+	gen     uint64
+	closed  bool
+	wg      sync.WaitGroup // one per running session and per keepalive loop
 	// flaps tracks device ids whose live sessions keep being replaced.
 	flaps map[string]*flapState
 	// probes holds one token per keepalive probe in flight.
@@ -143,7 +153,8 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 	}
 	h := &Hub{cfg: cfg, log: logger, sessions: map[string]*Session{}, subs: map[*Subscription]struct{}{},
 		flaps: map[string]*flapState{}, probes: make(chan struct{}, cfg.MaxProbes),
-		inits: make(chan struct{}, cfg.MaxInitializing)}
+		inits: make(chan struct{}, cfg.MaxInitializing), epoch: newEpoch(),
+		history: eventRing{buf: make([]Event, 0, max(cfg.EventHistory, 0))}}
 	h.draining, h.drain = context.WithCancelCause(context.Background())
 	return h
 }
@@ -303,7 +314,7 @@ func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMess
 	if h.cfg.Observer != nil {
 		h.cfg.Observer.CallDone(transport, code, took)
 	}
-	if h.callSubs.Load() > 0 {
+	if h.callSubs.Load() > 0 || h.cfg.EventHistory > 0 {
 		h.mu.Lock()
 		h.publishLocked(Event{Type: EventCall, DeviceID: deviceID,
 			Call: CallOutcome{Transport: transport, Tool: tool, Code: code, Duration: took}})
@@ -419,6 +430,9 @@ func (h *Hub) publishIfCurrent(s *Session, t EventType) {
 }
 
 func (h *Hub) publishLocked(ev Event) {
+	h.seq++
+	ev.Seq = h.seq
+	h.history.add(ev)
 	for sub := range h.subs {
 		if ev.Type == EventCall && !sub.calls {
 			continue

@@ -96,7 +96,10 @@ func (t EventType) String() string {
 
 // Event is one change in the Hub. Info is the session snapshot at the time
 // (zero for EventResync and EventCall); Call is set for EventCall only.
+// Seq numbers the Hub's events from 1, in the order it publishes them; an
+// EventResync carries the Seq of the last event it stands for.
 type Event struct {
+	Seq      uint64
 	Type     EventType
 	DeviceID string
 	Info     Info

@@ -57,7 +57,7 @@ func (s *Subscription) push(ev Event) {
 		return
 	}
 	if len(s.queue) >= s.max {
-		s.queue = append(s.queue[:0], Event{Type: EventResync})
+		s.queue = append(s.queue[:0], Event{Type: EventResync, Seq: ev.Seq})
 	} else {
 		s.queue = append(s.queue, ev)
 	}

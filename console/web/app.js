@@ -85,10 +85,12 @@ function restartEvents() {
 
 async function streamEvents(signal) {
   let delay = 500;
+  let lastId = ''; // resumed from on reconnect: the bridge replays what we missed, or sends resync
   while (!signal.aborted) {
     try {
       const headers = { Accept: 'text/event-stream' };
       if (state.token) headers.Authorization = 'Bearer ' + state.token;
+      if (lastId) headers['Last-Event-ID'] = lastId;
       const resp = await fetch('/api/events', { headers, signal });
       if (resp.status === 401) { setLive(false, 'token needed'); needToken(); return; }
       if (!resp.ok || !resp.body) throw new Error('HTTP ' + resp.status);
@@ -108,7 +110,8 @@ async function streamEvents(signal) {
           buf = buf.slice(i + 2);
           let type = 'message', data = '';
           for (const line of frame.split('\n')) {
-            if (line.startsWith('event: ')) type = line.slice(7);
+            if (line.startsWith('id: ')) lastId = line.slice(4);
+            else if (line.startsWith('event: ')) type = line.slice(7);
             else if (line.startsWith('data: ')) data += line.slice(6);
           }
           if (data) onEvent(type, JSON.parse(data));

@@ -1,0 +1,88 @@
+package device
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// This file keeps the Hub's recent events so that a subscriber that went
+// away (an /api/events client that reconnects) can resume where it left
+// off: SubscribeAfter replays what it missed, or says it cannot.
+
+// History is where a subscription from SubscribeAfter starts.
+type History struct {
+	// Replay holds the events published after the requested Seq that the
+	// subscription would have received, oldest first. The subscription
+	// itself delivers only later ones.
+	Replay []Event
+	// Complete is false when the Hub does not hold every event after the
+	// requested Seq (too old, a Seq it never published, or no history
+	// kept: HubConfig.EventHistory 0): Replay is
+	// empty and the subscriber must re-read Devices instead.
+	Complete bool
+	// Seq is the last event published before the subscription began.
+	Seq uint64
+}
+
+// Epoch names this Hub's event numbering: a Seq means something only
+// together with the Epoch of the Hub that published it (another process,
+// or another node of the fleet, has its own).
+func (h *Hub) Epoch() string { return h.epoch }
+
+// SubscribeAfter is SubscribeWith for a subscriber that has seen the events
+// up to after: the History holds those published since, and the
+// subscription every later one, with no gap and no overlap (both are taken
+// under the Hub lock).
+func (h *Hub) SubscribeAfter(opts SubscribeOptions, after uint64) (*Subscription, History) {
+	sub := &Subscription{hub: h, calls: opts.Calls, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subs[sub] = struct{}{}
+	if sub.calls {
+		h.callSubs.Add(1)
+	}
+	hist := History{Seq: h.seq}
+	if h.cfg.EventHistory <= 0 || after > h.seq || h.seq-after > uint64(h.history.len()) {
+		return sub, hist
+	}
+	hist.Complete = true
+	h.history.each(func(ev Event) {
+		if ev.Seq > after && (opts.Calls || ev.Type != EventCall) {
+			hist.Replay = append(hist.Replay, ev)
+		}
+	})
+	return sub, hist
+}
+
+// eventRing holds the last cap(buf) events; a zero capacity holds none.
+type eventRing struct {
+	buf  []Event
+	head int // the oldest event once buf is full
+}
+
+func (r *eventRing) len() int { return len(r.buf) }
+
+func (r *eventRing) add(ev Event) {
+	switch {
+	case cap(r.buf) == 0:
+	case len(r.buf) < cap(r.buf):
+		r.buf = append(r.buf, ev)
+	default:
+		r.buf[r.head] = ev
+		r.head = (r.head + 1) % len(r.buf)
+	}
+}
+
+// each calls f on every event held, oldest first.
+func (r *eventRing) each(f func(Event)) {
+	for i := range r.buf {
+		f(r.buf[(r.head+i)%len(r.buf)])
+	}
+}
+
+// newEpoch returns a random name for a Hub's event numbering.
+func newEpoch() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
