@@ -486,6 +486,8 @@ func TestWebSocketMetrics(t *testing.T) {
 	m = scrapeMetrics(t, hc, base)
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")], textIn, "closing keeps the count")
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")], textOut, "closing keeps the count")
+}
+
 // openSSE opens /api/events, resuming after lastID unless it is "" (sent
 // as Last-Event-ID, as EventSource does), and parses it until the test
 // ends.
