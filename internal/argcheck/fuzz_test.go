@@ -85,6 +85,9 @@ func FuzzValidArgsAccepted(f *testing.F) {
 			value = fmt.Sprint(v%2 == 0)
 		case 3: // string with length bounds around it
 			n := utf8.RuneCountInString(str)
+			if n > maxExampleLen {
+				return // longer than any board message: no sendable example exists
+			}
 			prop = fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, n, n)
 			value = string(sval)
 		case 4: // enum

@@ -446,17 +446,22 @@ func (p *Prop) Example() string {
 	case "date-time":
 		return `"2025-01-31T18:30:00Z"`
 	}
-	// A placeholder of "...", stretched or cut to the length bounds (up
-	// to a sane size), so that the example passes them.
+	// A placeholder of "...", stretched or cut to the length bounds, so
+	// that the example passes them; stretched only up to what a board could
+	// be sent at all, since a schema may ask for any minimum in a few bytes.
 	n := 3
 	if p.MinLen != nil && *p.MinLen > n {
-		n = min(*p.MinLen, 256)
+		n = min(*p.MinLen, maxExampleLen)
 	}
 	if p.MaxLen != nil && *p.MaxLen < n {
 		n = max(*p.MaxLen, 0)
 	}
 	return `"` + strings.Repeat(".", n) + `"`
 }
+
+// maxExampleLen bounds a placeholder string in an example: a board's
+// largest message (64 KiB) could not carry a longer argument anyway.
+const maxExampleLen = 64 << 10
 
 // Kind names the JSON type of a decoded value, with whole numbers as
 // "integer" as JSON Schema does.
