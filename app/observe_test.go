@@ -474,10 +474,15 @@ func TestWebSocketMetrics(t *testing.T) {
 	assert.Equal(t, 0.0, m[metricSeries("devicebridge_ws_connections_total", "result", "hello_failed")])
 	assert.Equal(t, 1.0, m[metricSeries("devicebridge_ws_connections_active")])
 	// hello, initialize, tools/list and the call's reply in; the same out.
-	textIn := m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")]
-	textOut := m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")]
-	assert.GreaterOrEqual(t, textIn, 4.0, "a live connection's messages count")
-	assert.GreaterOrEqual(t, textOut, 4.0, "a live connection's messages count")
+	// The writer counts a message once its write returns, which may be a
+	// moment after the board has already answered it: poll.
+	var textIn, textOut float64
+	require.Eventually(t, func() bool {
+		m := scrapeMetrics(t, hc, base)
+		textIn = m[metricSeries("devicebridge_ws_messages_total", "direction", "in", "kind", "text")]
+		textOut = m[metricSeries("devicebridge_ws_messages_total", "direction", "out", "kind", "text")]
+		return textIn >= 4 && textOut >= 4
+	}, obsWait, 10*time.Millisecond, "a live connection's messages count")
 
 	require.NoError(t, board.Close())
 	require.Eventually(t, func() bool {
