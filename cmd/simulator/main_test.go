@@ -52,49 +52,15 @@ func TestRun(t *testing.T) {
 		ids []string
 		wg  sync.WaitGroup
 	)
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
-		defer c.Close()
-		mu.Lock()
+	srv := httptest.NewServer(helloServer(&mu, &wg, func(r *http.Request) {
 		ids = append(ids, r.Header.Get("Device-Id"))
-		mu.Unlock()
-		if _, _, err := c.ReadMessage(); err != nil {
-			return
-		}
-		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
-				return
-			}
-		}
 	}))
 	defer srv.Close()
 
 	m := &Main{}
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/xiaozhi/v1/"
 	require.NoError(t, m.ParseFlags([]string{"--url", url, "--count", "2", "--profile", "robot", "--log-level", "error", "--mac-prefix", "02:aa"}, io.Discard))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(ids) == 2
-	}, 5*time.Second, time.Millisecond)
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop")
-	}
-	wg.Wait()
+	runUntil(t, m, &mu, &wg, func() bool { return len(ids) == 2 })
 	assert.ElementsMatch(t, []string{"02:aa:00:00:00:01", "02:aa:00:00:00:02"}, ids)
 }
 
@@ -155,7 +121,6 @@ func TestRunOTA(t *testing.T) {
 		auth    []string
 		wg      sync.WaitGroup
 	)
-	up := websocket.Upgrader{}
 	mux := http.NewServeMux()
 	var srv *httptest.Server
 	mux.HandleFunc("/xiaozhi/ota/", func(w http.ResponseWriter, r *http.Request) {
@@ -169,48 +134,15 @@ func TestRunOTA(t *testing.T) {
 		ws := "ws" + strings.TrimPrefix(srv.URL, "http") + "/xiaozhi/v1/"
 		_, _ = io.WriteString(w, `{"server_time":{"timestamp":1},"firmware":{"version":"2.4.2","url":""},"websocket":{"url":"`+ws+`","token":"issued-token","version":1}}`)
 	})
-	mux.HandleFunc("/xiaozhi/v1/", func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
-		defer c.Close()
-		mu.Lock()
+	mux.Handle("/xiaozhi/v1/", helloServer(&mu, &wg, func(r *http.Request) {
 		auth = append(auth, r.Header.Get("Authorization"))
-		mu.Unlock()
-		if _, _, err := c.ReadMessage(); err != nil {
-			return
-		}
-		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
-				return
-			}
-		}
-	})
+	}))
 	srv = httptest.NewServer(mux)
 	defer srv.Close()
 
 	m := &Main{}
 	require.NoError(t, m.ParseFlags([]string{"--ota", srv.URL + "/xiaozhi/ota/", "--log-level", "error", "--mac-prefix", "02:ab"}, io.Discard))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(auth) == 1
-	}, 5*time.Second, time.Millisecond)
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop")
-	}
-	wg.Wait()
+	runUntil(t, m, &mu, &wg, func() bool { return len(auth) == 1 })
 	assert.Equal(t, []string{"Bearer issued-token"}, auth)
 	assert.Equal(t, "1", headers.Get("Activation-Version"))
 	assert.Equal(t, "02:ab:00:00:00:01", headers.Get("Device-Id"))
@@ -223,4 +155,55 @@ func TestRunOTA(t *testing.T) {
 	assert.Contains(t, body, `"minimum_free_heap_size":"`, "the number sent as a string")
 	assert.Contains(t, body, `"partition_table": [`)
 	assert.Contains(t, body, `"mac_address":"02:ab:00:00:00:01"`)
+}
+
+// helloServer is a minimal WebSocket server for boards: it answers the
+// hello and reads until the board leaves. seen is called under mu with
+// each upgraded request; wg counts open connections.
+func helloServer(mu *sync.Mutex, wg *sync.WaitGroup, seen func(*http.Request)) http.Handler {
+	up := websocket.Upgrader{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer c.Close()
+		mu.Lock()
+		seen(r)
+		mu.Unlock()
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// runUntil runs m until ready (checked under mu) holds, then stops it and
+// waits for the server's connections to end.
+func runUntil(t *testing.T, m *Main, mu *sync.Mutex, wg *sync.WaitGroup, ready func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ready()
+	}, 5*time.Second, time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	wg.Wait()
 }
