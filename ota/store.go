@@ -12,6 +12,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // Files under the data directory.
@@ -151,7 +153,7 @@ func (s *Store) Seen(req Request, now time.Time, needsApproval bool) (Record, er
 	}
 	if needsApproval && !r.Approved && r.Code == "" {
 		r.Code = s.newCode()
-		r.Challenge = randomHex(16)
+		r.Challenge = randid.Hex16()
 		s.codes[r.Code] = r.DeviceID
 		changed = true
 	}
@@ -300,10 +302,4 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
