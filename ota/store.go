@@ -1,6 +1,7 @@
 package ota
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -277,7 +278,7 @@ func LoadOrCreateSecret(dir string) ([]byte, error) {
 	path := filepath.Join(dir, SecretFile)
 	data, err := os.ReadFile(path)
 	if err == nil {
-		secret, derr := hex.DecodeString(string(trimSpace(data)))
+		secret, derr := hex.DecodeString(string(bytes.TrimRight(data, "\n\r ")))
 		if derr != nil || len(secret) < minSecretLen {
 			return nil, fmt.Errorf("ota secret %s: want at least %d bytes as hex", path, minSecretLen)
 		}
@@ -295,11 +296,4 @@ func LoadOrCreateSecret(dir string) ([]byte, error) {
 		return nil, err
 	}
 	return secret, nil
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
