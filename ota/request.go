@@ -2,6 +2,7 @@ package ota
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,7 +176,7 @@ func parse(h http.Header, body []byte) (Request, error) {
 		req.Firmware = string(info.Application.Version)
 	}
 	if req.Board == "" && info.Board != nil {
-		req.Board = string(cmpOr(info.Board.Name, info.Board.Type))
+		req.Board = string(cmp.Or(info.Board.Name, info.Board.Type))
 	}
 	if req.Language == "" {
 		req.Language = string(info.Language)
@@ -186,13 +187,6 @@ func parse(h http.Header, body []byte) (Request, error) {
 		}
 	}
 	return req, nil
-}
-
-func cmpOr(a, b flexString) flexString {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // truncate keeps error messages short and quoted values printable.
