@@ -294,11 +294,7 @@ func (s *Server) Advertised() (websocketURL, mqttEndpoint string) {
 	n := s.network()
 	websocketURL = s.cfg.WebSocketURL
 	if websocketURL == "" && n.DeviceHost != "" && n.DevicePort != "" {
-		scheme := "ws"
-		if n.DeviceTLS {
-			scheme = "wss"
-		}
-		websocketURL = scheme + "://" + net.JoinHostPort(n.DeviceHost, n.DevicePort) + n.WebSocketPath
+		websocketURL = n.webSocketURL(n.DeviceHost)
 	}
 	if n.MQTTEmbedded {
 		mqttEndpoint = s.cfg.MQTTEndpoint
@@ -589,11 +585,16 @@ func (s *Server) websocketURL(r *http.Request, n Network) string {
 	if s.cfg.WebSocketURL != "" {
 		return s.cfg.WebSocketURL
 	}
+	return n.webSocketURL(requestHost(r))
+}
+
+// webSocketURL is the device listener's WebSocket URL on host.
+func (n Network) webSocketURL(host string) string {
 	scheme := "ws"
 	if n.DeviceTLS {
 		scheme = "wss"
 	}
-	return scheme + "://" + net.JoinHostPort(requestHost(r), n.DevicePort) + n.WebSocketPath
+	return scheme + "://" + net.JoinHostPort(host, n.DevicePort) + n.WebSocketPath
 }
 
 func (s *Server) mqttEndpoint(r *http.Request, n Network) string {
