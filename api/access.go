@@ -6,7 +6,6 @@ package api
 // the policy package's.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/devicebridge/devicebridge/audit"
+	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/devicebridge/devicebridge/policy"
@@ -44,13 +44,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		if len(s.opts.Tokens) == 0 {
 			return next
 		}
-		named := bearer.NewNamed(s.opts.Tokens)
-		verify = func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-			if name, ok := named.Lookup(token); ok {
-				return &auth.TokenInfo{UserID: name}, nil
-			}
-			return nil, auth.ErrInvalidToken
-		}
+		verify = authn.NewVerifier(s.opts.Tokens, nil).TokenVerifier()
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var info *auth.TokenInfo
