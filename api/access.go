@@ -6,7 +6,6 @@ package api
 // the policy package's.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,8 +14,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/audit"
+	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/devicebridge/devicebridge/policy"
@@ -44,13 +45,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		if len(s.opts.Tokens) == 0 {
 			return next
 		}
-		named := bearer.NewNamed(s.opts.Tokens)
-		verify = func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-			if name, ok := named.Lookup(token); ok {
-				return &auth.TokenInfo{UserID: name}, nil
-			}
-			return nil, auth.ErrInvalidToken
-		}
+		verify = authn.NewVerifier(s.opts.Tokens, nil).TokenVerifier()
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var info *auth.TokenInfo
@@ -76,6 +71,30 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(policy.WithIdentity(r.Context(), policy.FromTokenInfo(info))))
 	})
+}
+
+// resolveBoard is the board a route's {id} names: its device id (the
+// connected board's own, when there is one) and the board as the policy
+// sees it.
+func (s *Server) resolveBoard(id string) (string, policy.Board) {
+	if info, ok := s.device(id); ok {
+		return info.DeviceID, s.board(info)
+	}
+	return id, policy.Board{ID: device.NormalizeID(id)}
+}
+
+// refused answers 403 when the policy does not let who call tool on board
+// (logged as what, and audited), before anything reaches the board; false
+// when the call is allowed.
+func (s *Server) refused(w http.ResponseWriter, what string, who policy.Identity, id string, board policy.Board, tool string, args json.RawMessage) bool {
+	err := s.opts.Access.Policy.Check(who, board, tool)
+	if err == nil {
+		return false
+	}
+	s.log.Info(what+" refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", tool))
+	s.auditCall(who, id, tool, args, "denied", 0)
+	writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
+	return true
 }
 
 func (s *Server) board(info device.Info) policy.Board {

@@ -181,15 +181,8 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := policy.IdentityFrom(r.Context())
-	board := policy.Board{ID: device.NormalizeID(id)}
-	if info, ok := s.device(id); ok {
-		id = info.DeviceID
-		board = s.board(info)
-	}
-	if err := s.opts.Access.Policy.Check(who, board, req.Name); err != nil {
-		s.log.Info("control call refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", req.Name))
-		s.auditCall(who, id, req.Name, req.Arguments, "denied", 0)
-		writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
+	id, board := s.resolveBoard(id)
+	if s.refused(w, "control call", who, id, board, req.Name, req.Arguments) {
 		return
 	}
 	start := time.Now()

@@ -10,6 +10,7 @@ package api
 // and need no MCP session. README "Control API" documents them.
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -190,7 +191,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes", s.opts.MaxBodyBytes))
 		return false
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "body is not the expected JSON object: "+err.Error())
@@ -210,20 +211,13 @@ func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	who := policy.IdentityFrom(r.Context())
-	board := policy.Board{ID: device.NormalizeID(id)}
-	if info, ok := s.device(id); ok {
-		id = info.DeviceID
-		board = s.board(info)
-	}
+	id, board := s.resolveBoard(id)
 	if strings.Contains(id, "/") {
 		writeError(w, http.StatusNotFound, "unknown_device", fmt.Sprintf("no connected device %q", id))
 		return
 	}
 	// The same decision as a direct call: a guided call is a call.
-	if err := s.opts.Access.Policy.Check(who, board, req.Name); err != nil {
-		s.log.Info("interaction refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", req.Name))
-		s.auditCall(who, id, req.Name, req.Arguments, "denied", 0)
-		writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
+	if s.refused(w, "interaction", who, id, board, req.Name, req.Arguments) {
 		return
 	}
 	step, err := s.flow.Start(r.Context(), interactionOwner(r), interactionKey(id, req.Name), req.Arguments, flow.StartOptions{Guided: req.Guided})

@@ -34,13 +34,9 @@ func (h *Hub) Epoch() string { return h.epoch }
 // subscription every later one, with no gap and no overlap (both are taken
 // under the Hub lock).
 func (h *Hub) SubscribeAfter(opts SubscribeOptions, after uint64) (*Subscription, History) {
-	sub := &Subscription{hub: h, calls: opts.Calls, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.subs[sub] = struct{}{}
-	if sub.calls {
-		h.callSubs.Add(1)
-	}
+	sub := h.subscribeLocked(opts)
 	hist := History{Seq: h.seq}
 	if h.cfg.EventHistory <= 0 || after > h.seq || h.seq-after > uint64(h.history.len()) {
 		return sub, hist

@@ -397,13 +397,18 @@ func (h *Hub) Subscribe() *Subscription { return h.SubscribeWith(SubscribeOption
 // SubscribeWith returns a subscription to the Hub's events, with call
 // outcomes too if opts ask for them. Close it when done.
 func (h *Hub) SubscribeWith(opts SubscribeOptions) *Subscription {
-	sub := &Subscription{hub: h, calls: opts.Calls, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.subscribeLocked(opts)
+}
+
+// subscribeLocked registers a new subscription (h.mu held).
+func (h *Hub) subscribeLocked(opts SubscribeOptions) *Subscription {
+	sub := &Subscription{hub: h, calls: opts.Calls, max: h.cfg.SubscriptionBuffer, signal: make(chan struct{}, 1)}
 	h.subs[sub] = struct{}{}
 	if sub.calls {
 		h.callSubs.Add(1)
 	}
-	h.mu.Unlock()
 	return sub
 }
 

@@ -178,9 +178,8 @@ func (s *Session) checkCall(name string, args json.RawMessage) (json.RawMessage,
 	}
 	schema := s.schemas[name]
 	if schema == nil {
-		var err error
-		schema, err = argcheck.Parse(s.info.Tools[i].InputSchema)
-		if err != nil {
+		schema = argcheck.Shared(s.info.Tools[i].InputSchema)
+		if err := schema.Err(); err != nil {
 			s.log.Debug("tool schema not understood; checking only that arguments form an object",
 				zap.String("tool", name), zap.Error(err))
 		}

@@ -109,7 +109,7 @@ type Engine struct {
 	mu      sync.Mutex
 	closed  bool
 	entries map[string]*entry // by sessionId (stateful) or record ID (stateless markers)
-	byTime  deadlines
+	byTime  timeHeap[*entry]
 	owners  map[string]int // open interactions per owner (stateful)
 }
 
@@ -1047,28 +1047,9 @@ func errCannotCancel(id string, s State) error {
 	return nil
 }
 
-// deadlines is a min-heap of entries by deadline.
-type deadlines []*entry
-
-func (h deadlines) Len() int           { return len(h) }
-func (h deadlines) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h deadlines) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *deadlines) Push(x any) {
-	ent := x.(*entry)
-	ent.index = len(*h)
-	*h = append(*h, ent)
-}
-func (h *deadlines) Pop() any {
-	old := *h
-	ent := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	ent.index = -1
-	return ent
-}
+// An entry's place in Engine.byTime: by deadline.
+func (ent *entry) before(o *entry) bool { return ent.deadline < o.deadline }
+func (ent *entry) setIndex(i int)       { ent.index = i }
 
 // Counts reports the interactions this engine knows now, by state, for
 // metrics. In stateful mode that is every interaction not yet expired

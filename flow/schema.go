@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
@@ -18,34 +17,10 @@ import (
 // stateless tokens) stay small.
 const maxValueBytes = 16 << 10
 
-// schemaCache maps schema bytes to their parsed form, so each distinct
-// schema is resolved once. It is bounded: when full it starts over.
-var schemaCache = struct {
-	sync.Mutex
-	m map[string]*argcheck.Schema
-}{m: map[string]*argcheck.Schema{}}
-
-const schemaCacheMax = 2048
-
-// loadSchema returns the parsed form of a tool's input schema. A schema
-// argcheck cannot understand has Err set: it cannot drive an interaction.
-func loadSchema(raw json.RawMessage) *argcheck.Schema {
-	key := string(bytes.TrimSpace(raw))
-	schemaCache.Lock()
-	s, ok := schemaCache.m[key]
-	schemaCache.Unlock()
-	if ok {
-		return s
-	}
-	s, _ = argcheck.Parse(json.RawMessage(key))
-	schemaCache.Lock()
-	if len(schemaCache.m) >= schemaCacheMax {
-		schemaCache.m = map[string]*argcheck.Schema{}
-	}
-	schemaCache.m[key] = s
-	schemaCache.Unlock()
-	return s
-}
+// loadSchema returns the parsed form of a tool's input schema, shared
+// through argcheck's cache. A schema argcheck cannot understand has Err
+// set: it cannot drive an interaction.
+func loadSchema(raw json.RawMessage) *argcheck.Schema { return argcheck.Shared(raw) }
 
 // check validates one present value of a property: argcheck's verdict
 // and wording, within the engine's size limit.

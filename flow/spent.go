@@ -54,7 +54,7 @@ type MemorySpent struct {
 
 	mu     sync.Mutex
 	byKey  map[string]*spentEntry
-	expiry spentHeap
+	expiry timeHeap[*spentEntry]
 }
 
 type spentEntry struct {
@@ -123,27 +123,9 @@ func (m *MemorySpent) purge() {
 	}
 }
 
-type spentHeap []*spentEntry
-
-func (h spentHeap) Len() int           { return len(h) }
-func (h spentHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
-func (h spentHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *spentHeap) Push(x any) {
-	e := x.(*spentEntry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-func (h *spentHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.index = -1
-	return e
-}
+// A spentEntry's place in MemorySpent.expiry: by until.
+func (e *spentEntry) before(o *spentEntry) bool { return e.until.Before(o.until) }
+func (e *spentEntry) setIndex(i int)            { e.index = i }
 
 // ErrReplayCheck wraps a SpentStore failure: the engine could not check
 // that a token was not used before, so it did nothing with it.

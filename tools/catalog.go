@@ -142,9 +142,10 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 			}
 			seen[t.Name] = true
 			name := names.Names[toolRef{id, t.Name}]
-			e := reuseEntry(opts.prev, name, v, t, opts)
+			confirm := opts.flow && opts.confirm != nil && opts.confirm(t)
+			e := reuseEntry(c, opts.prev, name, v, t, confirm)
 			if e == nil {
-				e = newEntry(c, name, v, t, opts)
+				e = newEntry(c, name, v, t, confirm, opts)
 			}
 			v.tools = append(v.tools, e)
 			c.byName[e.name] = e
@@ -155,7 +156,8 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 
 // reuseEntry returns prev's entry for name when it describes the same
 // board tool in the same words (so it publishes the same tool), else nil.
-func reuseEntry(prev *catalog, name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
+// A reused entry's parsed schema joins c's, for the catalogues after it.
+func reuseEntry(c, prev *catalog, name string, v *deviceView, t device.Tool, confirm bool) *entry {
 	if prev == nil {
 		return nil
 	}
@@ -163,9 +165,10 @@ func reuseEntry(prev *catalog, name string, v *deviceView, t device.Tool, opts c
 	if !ok || o.deviceID != v.info.DeviceID || o.alias != v.alias || o.board != v.info.Board || !sameTool(o.tool, t) {
 		return nil
 	}
-	if o.confirm != (opts.flow && opts.confirm != nil && opts.confirm(t)) {
+	if o.confirm != confirm {
 		return nil
 	}
+	c.schemas[string(t.InputSchema)] = parsedSchema{schema: o.schema, err: o.schemaErr}
 	return o
 }
 
@@ -174,9 +177,8 @@ func sameTool(a, b device.Tool) bool {
 		string(a.InputSchema) == string(b.InputSchema) && string(a.Annotations) == string(b.Annotations)
 }
 
-func newEntry(c *catalog, name string, v *deviceView, t device.Tool, opts catalogOptions) *entry {
-	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly()}
-	e.confirm = opts.flow && opts.confirm != nil && opts.confirm(t)
+func newEntry(c *catalog, name string, v *deviceView, t device.Tool, confirm bool, opts catalogOptions) *entry {
+	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly(), confirm: confirm}
 	e.schema, e.schemaErr = c.parse(t.InputSchema, opts.prev)
 	e.mcpTool = &mcp.Tool{
 		Name:        name,

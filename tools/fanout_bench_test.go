@@ -37,25 +37,14 @@ func BenchmarkFanout(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("DEVICEBRIDGE_FANOUT_BOARDS")); err == nil && v > 0 {
 		boards = v
 	}
-	cfg := app.Default()
-	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Log.Level = "error"
-	cfg.MCP.RateLimit = -1
-	// All 13 tools of every board, user-only ones included: 13,000 tools.
-	cfg.Devices.WithUserTools, cfg.MCP.ShowUserOnlyTools = true, true
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
+	br := startBridge(b, func(cfg *app.Config) {
+		cfg.MQTT.Listen, cfg.Log.Level = "", "error"
+		cfg.MCP.RateLimit = -1
+		// All 13 tools of every board, user-only ones included: 13,000 tools.
+		cfg.Devices.WithUserTools, cfg.MCP.ShowUserOnlyTools = true, true
 	})
-	url := "http://" + a.ControlAddr().String() + "/mcp"
+	a := br.app
+	url := br.url
 	ctx := context.Background()
 
 	var changed atomic.Int64

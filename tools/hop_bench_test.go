@@ -35,23 +35,12 @@ const hopBoards = 64
 //
 //	go test -run '^$' -bench BenchmarkHop -benchtime 2000x ./tools/
 func BenchmarkHop(b *testing.B) {
-	cfg := app.Default()
-	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Log.Level = "error"
-	cfg.MCP.RateLimit = -1
-	cfg.Simulate.Count = hopBoards
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
+	br := startBridge(b, func(cfg *app.Config) {
+		cfg.MQTT.Listen, cfg.Log.Level = "", "error"
+		cfg.MCP.RateLimit = -1
+		cfg.Simulate.Count = hopBoards
 	})
+	a := br.app
 	const tool = "self.audio_speaker.set_volume"
 	var names []string
 	for i := 1; i <= hopBoards; i++ {
@@ -72,7 +61,7 @@ func BenchmarkHop(b *testing.B) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	bridgeURL := "http://" + a.ControlAddr().String() + "/mcp"
+	bridgeURL := br.url
 
 	peerSrv := httptest.NewServer(peer.Handler())
 	b.Cleanup(peerSrv.Close)
