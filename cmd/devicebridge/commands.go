@@ -265,12 +265,11 @@ func (c *cli) progress(what string) func() {
 
 // watch prints the event stream until interrupted.
 func (c *cli) watch(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.bridge+"/api/events", nil)
+	req, err := c.request(ctx, "GET", "/api/events", nil)
 	if err != nil {
-		return errf(exitUsage, "bad bridge URL %q: %v", c.bridge, err)
+		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	c.authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
