@@ -113,9 +113,7 @@ func (c *cli) show(ctx context.Context, name string) error {
 	row("alias", d.Alias)
 	row("client id", d.ClientID)
 	row("transport", d.Transport)
-	if d.Node != "" {
-		row("node", d.Node)
-	}
+	row("node", d.Node)
 	row("remote", d.RemoteAddr)
 	row("state", d.State)
 	row("board", d.Board)
