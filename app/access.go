@@ -168,11 +168,7 @@ func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 	a.access.trace = tp
 	a.access.publicURL = strings.TrimSuffix(c.PublicURL, "/")
 	if a.access.publicURL == "" {
-		scheme := "http://"
-		if a.controlTLS {
-			scheme = "https://"
-		}
-		a.access.publicURL = scheme + loopbackFor(a.ControlAddr())
+		a.access.publicURL = secureScheme("http", a.controlTLS) + "://" + loopbackFor(a.ControlAddr())
 	}
 	if c.OAuth.Issuer != "" {
 		audiences := []string{a.mcpResource(), a.access.publicURL}

@@ -110,11 +110,7 @@ func (a *App) ControlAddr() net.Addr { return a.controlLn.Addr() }
 
 // DeviceURL is the WebSocket URL boards on this machine can use.
 func (a *App) DeviceURL() string {
-	scheme := "ws"
-	if a.deviceTLS {
-		scheme = "wss"
-	}
-	return fmt.Sprintf("%s://%s%s", scheme, loopbackFor(a.DeviceAddr()), a.WS.Path())
+	return fmt.Sprintf("%s://%s%s", secureScheme("ws", a.deviceTLS), loopbackFor(a.DeviceAddr()), a.WS.Path())
 }
 
 // OTAURL is the OTA URL boards on this machine can use; "" when OTA is off.
@@ -122,11 +118,16 @@ func (a *App) OTAURL() string {
 	if a.ota == nil {
 		return ""
 	}
-	scheme := "http"
-	if a.deviceTLS {
-		scheme = "https"
+	return fmt.Sprintf("%s://%s%s", secureScheme("http", a.deviceTLS), loopbackFor(a.DeviceAddr()), a.ota.Path())
+}
+
+// secureScheme is scheme ("ws", "http") or, on a TLS listener, its secure
+// form ("wss", "https").
+func secureScheme(scheme string, secure bool) string {
+	if secure {
+		return scheme + "s"
 	}
-	return fmt.Sprintf("%s://%s%s", scheme, loopbackFor(a.DeviceAddr()), a.ota.Path())
+	return scheme
 }
 
 // onShutdown registers f to run during Shutdown, before the Hub closes;
@@ -203,14 +204,10 @@ func (a *App) Start(ctx context.Context) error {
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")
-	controlScheme := "http://"
-	if a.controlTLS {
-		controlScheme = "https://"
-	}
 	a.log.Info("bridge listening",
 		zap.String("devices", a.DeviceURL()),
 		zap.String("ota", a.OTAURL()),
-		zap.String("control", controlScheme+a.ControlAddr().String()),
+		zap.String("control", secureScheme("http", a.controlTLS)+"://"+a.ControlAddr().String()),
 		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0 || a.cfg.WebSocket.RequireToken))
 	if err := a.startObservability(); err != nil {
 		a.Shutdown(context.Background())

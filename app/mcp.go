@@ -146,6 +146,6 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	a.onDrain(cancel)
 	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", len(c.Tokens) > 0 || len(a.cfg.Control.Tokens) > 0 || a.access.oauth != nil),
 		zap.Bool("user_only_tools", c.ShowUserOnlyTools), zap.Bool("flow", a.cfg.Flow.Enabled),
-		zap.Bool("flow_stateless", a.cfg.Flow.Enabled && (a.cfg.Flow.Secret != "" || a.cfg.Flow.SecretFile != "")))
+		zap.Bool("flow_stateless", a.cfg.Flow.stateless()))
 	return nil
 }

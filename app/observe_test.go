@@ -113,7 +113,17 @@ func obsBoard(t *testing.T, a *app.App, c simulator.Config) *simulator.Board {
 
 func obsPost(t *testing.T, hc *http.Client, url, body string) int {
 	t.Helper()
-	resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	return statusOf(t, hc, req)
+}
+
+// statusOf sends req with hc and returns the status, the body read and
+// dropped.
+func statusOf(t *testing.T, hc *http.Client, req *http.Request) int {
+	t.Helper()
+	resp, err := hc.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -432,11 +442,7 @@ func wsHandshake(t *testing.T, a *app.App, header http.Header) int {
 	req.Header = header
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	return statusOf(t, &http.Client{Transport: tr}, req)
 }
 
 // TestWebSocketMetrics: the device WebSocket listener's counters are on

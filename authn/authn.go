@@ -272,6 +272,3 @@ func (v *Verifier) TokenVerifier() auth.TokenVerifier {
 	}
 	return v.Verify
 }
-
-// OAuthEnabled reports whether OAuth tokens are accepted.
-func (v *Verifier) OAuthEnabled() bool { return v != nil && v.oauth != nil }

@@ -3,7 +3,6 @@ package policy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -154,9 +153,9 @@ func (g *Gate) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := g.Reload(); err != nil && errors.Is(err, os.ErrNotExist) {
-				continue // being replaced; the next tick sees the new file
-			}
+			// A rejected file is logged by Reload; a missing one is being
+			// replaced, and the next tick sees the new file.
+			_ = g.Reload()
 		}
 	}
 }

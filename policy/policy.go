@@ -103,46 +103,24 @@ func (p *Policy) parseIdentities(n *yaml.Node) error {
 		if v.Kind != yaml.MappingNode {
 			return fmt.Errorf("line %d: identity %q: want boards:, tools: and confirm: lists", v.Line, name)
 		}
-		toolsSet := false
 		for j := 0; j+1 < len(v.Content); j += 2 {
 			fk, fv := v.Content[j], v.Content[j+1]
-			list, err := stringList(fv, name, fk.Value)
+			// An unknown key has no compiler: its list is checked, then
+			// the key is refused below.
+			pats, err := patterns(fv, name, fk.Value, fieldPattern[fk.Value])
 			if err != nil {
 				return err
 			}
 			switch fk.Value {
 			case "boards":
-				for idx, b := range list {
-					pat, err := boardPattern(b)
-					if err != nil {
-						return fmt.Errorf("line %d: identity %q: boards: %w", fv.Content[idx].Line, name, err)
-					}
-					e.boards = append(e.boards, pat)
-				}
+				e.boards = append(e.boards, pats...)
 			case "tools":
-				toolsSet = true
-				e.tools = []string{} // an empty list allows no tool
-				for idx, t := range list {
-					pat, err := glob(t)
-					if err != nil {
-						return fmt.Errorf("line %d: identity %q: tools: %w", fv.Content[idx].Line, name, err)
-					}
-					e.tools = append(e.tools, pat)
-				}
+				e.tools = pats // an empty list allows no tool
 			case "confirm":
-				for idx, t := range list {
-					pat, err := glob(t)
-					if err != nil {
-						return fmt.Errorf("line %d: identity %q: confirm: %w", fv.Content[idx].Line, name, err)
-					}
-					p.confirm = append(p.confirm, pat)
-				}
+				p.confirm = append(p.confirm, pats...)
 			default:
 				return fmt.Errorf("line %d: identity %q: unknown key %q (use boards, tools, confirm)", fk.Line, name, fk.Value)
 			}
-		}
-		if !toolsSet {
-			e.tools = nil
 		}
 		p.entries[name] = e
 	}
@@ -166,6 +144,33 @@ func stringList(n *yaml.Node, identity, key string) ([]string, error) {
 	return out, nil
 }
 
+// fieldPattern compiles the entries of each list an identity may have.
+var fieldPattern = map[string]func(string) (string, error){
+	"boards": boardPattern, "tools": glob, "confirm": glob,
+}
+
+// patterns reads the list n under key and compiles its entries with
+// compile (when not nil). The result is never nil, so an empty tools:
+// list stays distinct from an absent one.
+func patterns(n *yaml.Node, identity, key string, compile func(string) (string, error)) ([]string, error) {
+	list, err := stringList(n, identity, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(list))
+	if compile == nil {
+		return list, nil
+	}
+	for idx, s := range list {
+		pat, err := compile(s)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: identity %q: %s: %w", n.Content[idx].Line, identity, key, err)
+		}
+		out = append(out, pat)
+	}
+	return out, nil
+}
+
 func glob(s string) (string, error) {
 	s = strings.ToLower(s)
 	if _, err := path.Match(s, ""); err != nil {
@@ -178,27 +183,10 @@ func boardPattern(s string) (string, error) {
 	if s == "*" {
 		return s, nil
 	}
-	if id := device.NormalizeID(s); isMAC(id) {
-		return id, nil
+	if _, ok := device.MACDigits(s); ok {
+		return device.NormalizeID(s), nil
 	}
 	return glob(s)
-}
-
-// isMAC reports whether a normalized id is a MAC (aa:bb:cc:dd:ee:ff).
-func isMAC(id string) bool {
-	if len(id) != 17 {
-		return false
-	}
-	for i, r := range id {
-		if i%3 == 2 {
-			if r != ':' {
-				return false
-			}
-		} else if !strings.ContainsRune("0123456789abcdef", r) {
-			return false
-		}
-	}
-	return true
 }
 
 // matching returns the entries that apply to id.

@@ -170,11 +170,8 @@ func typed(p prop, s string) (any, error) {
 		}
 		return f, nil
 	case "boolean":
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "yes", "y", "on", "1":
-			return true, nil
-		case "false", "no", "n", "off", "0":
-			return false, nil
+		if b, ok := yesNo(s); ok {
+			return b, nil
 		}
 		return nil, fmt.Errorf("%s is true or false", p.Name)
 	case "string":
@@ -185,6 +182,18 @@ func typed(p prop, s string) (any, error) {
 		return v, nil
 	}
 	return s, nil
+}
+
+// yesNo reads a yes or no typed in any of the usual ways; ok is false
+// for anything else.
+func yesNo(s string) (b, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "yes", "y", "on", "1":
+		return true, true
+	case "false", "no", "n", "off", "0":
+		return false, true
+	}
+	return false, false
 }
 
 func rangeHint(p prop) string {

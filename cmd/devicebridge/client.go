@@ -87,14 +87,13 @@ func (c *cli) do(ctx context.Context, method, path string, body any, out any) er
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.bridge+path, rd)
+	req, err := c.request(ctx, method, path, rd)
 	if err != nil {
-		return errf(exitUsage, "bad bridge URL %q: %v", c.bridge, err)
+		return err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	c.authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -123,10 +122,16 @@ func (c *cli) do(ctx context.Context, method, path string, body any, out any) er
 	return nil
 }
 
-func (c *cli) authorize(req *http.Request) {
+// request builds a request to the bridge with the control token.
+func (c *cli) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.bridge+path, body)
+	if err != nil {
+		return nil, errf(exitUsage, "bad bridge URL %q: %v", c.bridge, err)
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	return req, nil
 }
 
 func (c *cli) apiErr(status int, data []byte) error {

@@ -113,9 +113,7 @@ func (c *cli) show(ctx context.Context, name string) error {
 	row("alias", d.Alias)
 	row("client id", d.ClientID)
 	row("transport", d.Transport)
-	if d.Node != "" {
-		row("node", d.Node)
-	}
+	row("node", d.Node)
 	row("remote", d.RemoteAddr)
 	row("state", d.State)
 	row("board", d.Board)
@@ -265,12 +263,11 @@ func (c *cli) progress(what string) func() {
 
 // watch prints the event stream until interrupted.
 func (c *cli) watch(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.bridge+"/api/events", nil)
+	req, err := c.request(ctx, "GET", "/api/events", nil)
 	if err != nil {
-		return errf(exitUsage, "bad bridge URL %q: %v", c.bridge, err)
+		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	c.authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

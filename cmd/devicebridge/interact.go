@@ -234,11 +234,8 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 		}
 		switch pr.Type {
 		case "confirm":
-			switch strings.ToLower(line) {
-			case "y", "yes", "true", "on", "1":
-				return true, nil
-			case "n", "no", "false", "off", "0":
-				return false, nil
+			if b, ok := yesNo(line); ok {
+				return b, nil
 			}
 			fmt.Fprintln(w, "  answer yes or no")
 			continue

@@ -14,20 +14,19 @@ import (
 
 // hexOf keeps the hex digits of s, lower-cased ("02:00:0A" → "02000a").
 func hexOf(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if (r >= '0' && r <= '9') || (r >= 'a' && r <= 'f') {
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
+	return keepRunes(s, func(r rune) bool { return (r >= '0' && r <= '9') || (r >= 'a' && r <= 'f') })
 }
 
 // alnumOf keeps the letters and digits of s, lower-cased.
 func alnumOf(s string) string {
+	return keepRunes(s, func(r rune) bool { return (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') })
+}
+
+// keepRunes keeps the runes of lower-cased s that keep accepts.
+func keepRunes(s string, keep func(rune) bool) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
-		if (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') {
+		if keep(r) {
 			b.WriteRune(r)
 		}
 	}
@@ -69,9 +68,11 @@ func matchBoard(boards []board, name string) (board, error) {
 			return b, nil
 		}
 	}
-	for _, b := range boards { // the same MAC in another spelling
-		if isMACish(n) && len(hexOf(n)) == 12 && hexOf(b.DeviceID) == hexOf(n) {
-			return b, nil
+	if h := hexOf(n); isMACish(n) && len(h) == 12 {
+		for _, b := range boards { // the same MAC in another spelling
+			if hexOf(b.DeviceID) == h {
+				return b, nil
+			}
 		}
 	}
 	var hits []board
