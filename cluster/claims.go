@@ -150,10 +150,7 @@ func (n *Node) offerAdoption(key string, b *remoteBoard) {
 		return
 	}
 	n.candidates[key] = candidate{deviceID: b.info.DeviceID, rev: b.rev}
-	select {
-	case n.claimC <- struct{}{}:
-	default:
-	}
+	n.signalClaims()
 }
 
 // claimRecord is the record a node writes when it claims a board, before
