@@ -137,12 +137,7 @@ func (n *Node) sharedTransport(transport string) bool {
 	return n.share != nil && n.share.transport == transport
 }
 
-func (n *Node) signalClaims() {
-	select {
-	case n.claimC <- struct{}{}:
-	default:
-	}
-}
+func (n *Node) signalClaims() { wake(n.claimC) }
 
 // offerAdoption notes a board this node may adopt (n.mu held). Without
 // ShareBoards it does nothing: the record stays for a node that shares.

@@ -412,10 +412,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 			// Another node deleted the record of a board this node still
 			// holds: it took this node for dead. Write it again.
 			n.lost[key] = o.deviceID
-			select {
-			case n.repairs <- struct{}{}:
-			default:
-			}
+			wake(n.repairs)
 		}
 		n.mu.Unlock()
 		if b != nil && shown && !b.released {
