@@ -21,10 +21,7 @@ const fleetOTASecret = "fleet-ota-secret-0123456789"
 // with the embedded broker when mqtt is set.
 func startOTANode(t *testing.T, natsURL, id string, mqtt bool, balance string) (*app.App, string) {
 	t.Helper()
-	cfg := testConfig()
-	cfg.Cluster.NATSURL = natsURL
-	cfg.Cluster.NodeID = id
-	cfg.Cluster.OfflineAfter = offlineWindow
+	cfg := fleetConfig(natsURL, id)
 	cfg.OTA.Secret = fleetOTASecret
 	cfg.OTA.RequireCredentials = true
 	cfg.OTA.Balance = balance

@@ -38,24 +38,26 @@ func startNATSServer(t *testing.T) *server.Server {
 
 const offlineWindow = 1500 * time.Millisecond
 
-// startNode starts one bridge node of the fleet, stopped at cleanup.
-func startNode(t *testing.T, natsURL, id string) (*app.App, string) {
-	t.Helper()
+// fleetConfig is testConfig for node id of the fleet on natsURL, with the
+// tests' offline window.
+func fleetConfig(natsURL, id string) app.Config {
 	cfg := testConfig()
 	cfg.Cluster.NATSURL = natsURL
 	cfg.Cluster.NodeID = id
 	cfg.Cluster.OfflineAfter = offlineWindow
-	return startApp(t, cfg)
+	return cfg
+}
+
+// startNode starts one bridge node of the fleet, stopped at cleanup.
+func startNode(t *testing.T, natsURL, id string) (*app.App, string) {
+	t.Helper()
+	return startApp(t, fleetConfig(natsURL, id))
 }
 
 // connectBoard connects a simulated board with the given MAC to a node.
 func connectBoard(t *testing.T, a *app.App, mac string) *simulator.Board {
 	t.Helper()
-	profile, err := simulator.LoadProfile("breadboard")
-	require.NoError(t, err)
-	b, err := simulator.NewBoard(simulator.Config{MAC: mac, Profile: profile})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	b := newSimBoard(t, mac)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
@@ -252,9 +254,7 @@ func TestRoutedCallMetrics(t *testing.T) {
 	srv := startNATSServer(t)
 	url := srv.ClientURL()
 	node := func(id string) (*app.App, string) {
-		cfg := testConfig()
-		cfg.Cluster.NATSURL = url
-		cfg.Cluster.NodeID = id
+		cfg := fleetConfig(url, id)
 		// Long enough that a's view keeps b's board after b is gone.
 		cfg.Cluster.OfflineAfter = time.Minute
 		return startApp(t, cfg)

@@ -88,8 +88,7 @@ func flowNodes(t *testing.T, secret string) (baseA, baseB string) {
 	t.Helper()
 	url := startNATS(t)
 	start := func(id string) (*app.App, string) {
-		cfg := testConfig()
-		cfg.Cluster.NATSURL, cfg.Cluster.NodeID, cfg.Cluster.OfflineAfter = url, id, offlineWindow
+		cfg := fleetConfig(url, id)
 		cfg.Flow.Secret = secret
 		return startApp(t, cfg)
 	}

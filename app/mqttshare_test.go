@@ -38,9 +38,7 @@ type sharedNode struct {
 
 func startSharedNode(t *testing.T, natsURL, brokerURL, id string, offlineAfter time.Duration) *sharedNode {
 	t.Helper()
-	cfg := testConfig()
-	cfg.Cluster.NATSURL = natsURL
-	cfg.Cluster.NodeID = id
+	cfg := fleetConfig(natsURL, id)
 	cfg.Cluster.OfflineAfter = offlineAfter
 	cfg.MQTT.Broker = brokerURL
 	cfg.MQTT.SharedBroker = true
@@ -70,11 +68,7 @@ func startSharedNode(t *testing.T, natsURL, brokerURL, id string, offlineAfter t
 // it speak once (a hello), as a board does when a conversation starts.
 func sharedBoard(t *testing.T, brokerURL, mac string) *simulator.MQTTConn {
 	t.Helper()
-	profile, err := simulator.LoadProfile("breadboard")
-	require.NoError(t, err)
-	b, err := simulator.NewBoard(simulator.Config{MAC: mac, Profile: profile})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	b := newSimBoard(t, mac)
 	key := mqtt.TopicKey(mac)
 	ctx, cancel := context.WithTimeout(context.Background(), sharedWait)
 	defer cancel()

@@ -24,8 +24,7 @@ func replayFleet(t *testing.T) (baseA, baseB string, a *app.App, robot *simulato
 	t.Helper()
 	url := startNATS(t)
 	start := func(id string) (*app.App, string) {
-		cfg := testConfig()
-		cfg.Cluster.NATSURL, cfg.Cluster.NodeID, cfg.Cluster.OfflineAfter = url, id, offlineWindow
+		cfg := fleetConfig(url, id)
 		cfg.Flow.Secret = fleetSecret
 		cfg.MCP.ShowUserOnlyTools = true
 		return startApp(t, cfg)
@@ -170,8 +169,7 @@ func TestFlowReplayCheckFailsClosedWithoutNATS(t *testing.T) {
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
 	port := s.Addr().(*net.TCPAddr).Port
-	cfg := testConfig()
-	cfg.Cluster.NATSURL, cfg.Cluster.NodeID, cfg.Cluster.OfflineAfter = s.ClientURL(), "a", offlineWindow
+	cfg := fleetConfig(s.ClientURL(), "a")
 	cfg.Flow.Secret = fleetSecret
 	cfg.MCP.ShowUserOnlyTools = true
 	a, base := startApp(t, cfg)

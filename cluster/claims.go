@@ -73,9 +73,12 @@ func (c *Claims) HeldElsewhere(deviceID string) bool {
 	key := keyFor(deviceID)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.owned[key].rev != 0 {
-		return false
-	}
+	return n.owned[key].rev == 0 && n.liveHolder(key)
+}
+
+// liveHolder: another node this node sees alive holds the board's record
+// and has not released it (n.mu held).
+func (n *Node) liveHolder(key string) bool {
 	b := n.remote[key]
 	if b == nil || b.released {
 		return false
@@ -102,11 +105,9 @@ func (c *Claims) Claim(ctx context.Context, deviceID string) (bool, error) {
 		n.mu.Unlock()
 		return true, nil
 	}
-	if b := n.remote[key]; b != nil && !b.released {
-		if _, alive := n.alive[b.info.Node]; alive {
-			n.mu.Unlock()
-			return false, nil
-		}
+	if n.liveHolder(key) {
+		n.mu.Unlock()
+		return false, nil
 	}
 	n.mu.Unlock()
 	return n.take(ctx, key, deviceID, 0)
@@ -136,12 +137,7 @@ func (n *Node) sharedTransport(transport string) bool {
 	return n.share != nil && n.share.transport == transport
 }
 
-func (n *Node) signalClaims() {
-	select {
-	case n.claimC <- struct{}{}:
-	default:
-	}
-}
+func (n *Node) signalClaims() { wake(n.claimC) }
 
 // offerAdoption notes a board this node may adopt (n.mu held). Without
 // ShareBoards it does nothing: the record stays for a node that shares.
@@ -150,10 +146,7 @@ func (n *Node) offerAdoption(key string, b *remoteBoard) {
 		return
 	}
 	n.candidates[key] = candidate{deviceID: b.info.DeviceID, rev: b.rev}
-	select {
-	case n.claimC <- struct{}{}:
-	default:
-	}
+	n.signalClaims()
 }
 
 // claimRecord is the record a node writes when it claims a board, before
@@ -200,7 +193,7 @@ func (n *Node) take(ctx context.Context, key, deviceID string, seen uint64) (boo
 			default:
 				var cur Record
 				_ = json.Unmarshal(e.Value(), &cur)
-				if cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node) {
+				if n.heldByOther(ctx, cur) {
 					return false, nil
 				}
 				rev, err = n.boards.Update(ctx, key, data, e.Revision())
@@ -230,6 +223,12 @@ func (n *Node) take(ctx context.Context, key, deviceID string, seen uint64) (boo
 // isWrongSequence: a compare-and-set lost to another writer.
 func isWrongSequence(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// heldByOther: the record is another node's, not released, and that node
+// is alive: a claim never takes it.
+func (n *Node) heldByOther(ctx context.Context, cur Record) bool {
+	return cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node)
 }
 
 // holderAlive: a node this node saw alive is; one it saw lapse is not; one

@@ -312,18 +312,12 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
-			select {
-			case n.reconnected <- struct{}{}:
-			default:
-			}
+			wake(n.reconnected)
 			n.mu.Lock()
 			rewatch := n.rewatch
 			n.mu.Unlock()
 			for _, c := range rewatch {
-				select {
-				case c <- struct{}{}:
-				default:
-				}
+				wake(c)
 			}
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -410,9 +404,13 @@ func (n *Node) goOwned(f func()) {
 	go func() { defer n.wg.Done(); f() }()
 }
 
-func (n *Node) askResync() {
+func (n *Node) askResync() { wake(n.resync) }
+
+// wake signals a goroutine that waits on c (buffered, one slot) without
+// blocking: a signal already pending covers this one.
+func wake(c chan<- struct{}) {
 	select {
-	case n.resync <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

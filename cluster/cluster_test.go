@@ -45,18 +45,7 @@ type node struct {
 
 func startNode(t testing.TB, url, id string) *node {
 	t.Helper()
-	hub := device.NewHub(device.HubConfig{ReadyWait: 2 * time.Second}, nil)
-	n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond}, hub, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		n.Stop(ctx)
-		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		require.NoError(t, hub.Close(ctx))
-	})
-	return &node{hub: hub, node: n}
+	return startNodeWith(t, url, id, 1500*time.Millisecond)
 }
 
 // attach connects a scripted board to a node. hold, when set, makes

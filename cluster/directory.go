@@ -214,7 +214,7 @@ func (n *Node) putBoard(info device.Info) {
 			}
 			// A board held by claim goes to whoever claimed it first: a live
 			// holder is never overwritten, whatever connected last.
-			if rec.Claimed && cur.Node != n.cfg.NodeID && !cur.Released && n.holderAlive(ctx, cur.Node) {
+			if rec.Claimed && n.heldByOther(ctx, cur) {
 				n.yield(info.DeviceID, cur.Node)
 				return
 			}
@@ -412,10 +412,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 			// Another node deleted the record of a board this node still
 			// holds: it took this node for dead. Write it again.
 			n.lost[key] = o.deviceID
-			select {
-			case n.repairs <- struct{}{}:
-			default:
-			}
+			wake(n.repairs)
 		}
 		n.mu.Unlock()
 		if b != nil && shown && !b.released {
