@@ -26,8 +26,7 @@ func (a *App) addConsole(o *api.Options) {
 		return tools.DefaultAlias(id)
 	}
 	if f := a.cfg.Flow; f.Enabled {
-		fo, _ := f.options() // validated in New
-		confirm := fo.Confirm
+		confirm := f.confirm()
 		o.Interactions = &api.InteractionOptions{
 			NeedsConfirm: func(t device.Tool) bool { return tools.NeedsConfirm(confirm, t) },
 			Timeout:      f.Timeout, MaxPerOwner: f.MaxPerCaller, MaxPrompts: f.MaxPrompts, MaxDuration: f.MaxDuration,

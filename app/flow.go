@@ -81,13 +81,18 @@ func (c FlowConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// options maps the section onto tools.FlowOptions.
+// confirm is the list of tools that need confirmation.
+func (c FlowConfig) confirm() []string {
+	if c.Confirm == nil {
+		return []string{} // an explicit empty list in the file: destructive-annotated tools only
+	}
+	return c.Confirm
+}
+
+// options maps the section onto tools.FlowOptions (reading secret_file).
 func (c FlowConfig) options() (tools.FlowOptions, error) {
 	o := tools.FlowOptions{Disabled: !c.Enabled, Timeout: c.Timeout, MaxPerOwner: c.MaxPerCaller,
-		MaxPrompts: c.MaxPrompts, MaxDuration: c.MaxDuration, Confirm: c.Confirm}
-	if o.Confirm == nil {
-		o.Confirm = []string{} // an explicit empty list in the file: destructive-annotated tools only
-	}
+		MaxPrompts: c.MaxPrompts, MaxDuration: c.MaxDuration, Confirm: c.confirm()}
 	secret := c.Secret
 	if c.SecretFile != "" {
 		data, err := os.ReadFile(c.SecretFile)
