@@ -27,6 +27,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/tracing"
@@ -241,12 +242,12 @@ func (a *App) apiAccess() api.Access {
 		acc.Verifier = authn.NewVerifier(a.cfg.Control.Tokens, a.access.oauth).TokenVerifier()
 		acc.ResourceMetadataURL = a.metadataURL("")
 	}
-	aliases := a.cfg.MCP.Aliases
+	aliases := a.configAliases()
 	acc.Alias = func(id string) string {
 		if a.mcp != nil {
 			return a.mcp.Alias(id)
 		}
-		return aliases[id]
+		return aliases[device.NormalizeID(id)]
 	}
 	return acc
 }

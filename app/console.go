@@ -14,10 +14,7 @@ import (
 )
 
 func (a *App) addConsole(o *api.Options) {
-	aliases := make(map[string]string, len(a.cfg.MCP.Aliases))
-	for id, alias := range a.cfg.MCP.Aliases {
-		aliases[device.NormalizeID(strings.TrimSpace(id))] = alias
-	}
+	aliases := a.configAliases()
 	// The alias /mcp names the board's tools by (before any clash suffix).
 	o.Alias = func(id string) string {
 		if alias, ok := aliases[device.NormalizeID(id)]; ok {
@@ -42,4 +39,14 @@ func (a *App) addConsole(o *api.Options) {
 		}
 	}
 	o.Console = console.Handler()
+}
+
+// configAliases is mcp.aliases keyed by normalized device id, so a MAC
+// written in any spelling in the config finds its board.
+func (a *App) configAliases() map[string]string {
+	aliases := make(map[string]string, len(a.cfg.MCP.Aliases))
+	for id, alias := range a.cfg.MCP.Aliases {
+		aliases[device.NormalizeID(strings.TrimSpace(id))] = alias
+	}
+	return aliases
 }
