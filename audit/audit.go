@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -135,27 +136,38 @@ func (l *Log) Write(r Record) error {
 	if err := enc.Encode(r); err != nil {
 		return err
 	}
+	var rotErr error
 	if l.f != nil && l.size > 0 && l.size+int64(l.buf.Len()) > l.max {
-		if err := l.rotate(); err != nil {
-			return err
+		var open bool
+		if open, rotErr = l.rotate(); !open {
+			return rotErr
 		}
 	}
 	n, err := l.w.Write(l.buf.Bytes())
 	l.size += int64(n)
-	return err
+	return errors.Join(rotErr, err)
 }
 
 // rotate renames path → path.1 → … → path.<keep> (the oldest dropped)
-// and opens a fresh file.
-func (l *Log) rotate() error {
+// and opens a fresh file. open reports whether a file is open for the
+// next write: when the rename fails, the current file is opened again, so
+// records keep being written (past the size limit) instead of lost.
+func (l *Log) rotate() (open bool, err error) {
 	_ = l.f.Close()
 	for i := l.keep - 1; i >= 1; i-- {
 		_ = os.Rename(l.path+"."+strconv.Itoa(i), l.path+"."+strconv.Itoa(i+1))
 	}
 	if err := os.Rename(l.path, l.path+".1"); err != nil {
-		return fmt.Errorf("audit log rotation: %w", err)
+		err = fmt.Errorf("audit log rotation: %w", err)
+		if reopen := l.open(); reopen != nil {
+			return false, errors.Join(err, reopen)
+		}
+		return true, err
 	}
-	return l.open()
+	if err := l.open(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Close closes the file (not standard output).

@@ -46,3 +46,23 @@ func TestWriteAndRotate(t *testing.T) {
 	require.NoError(t, nilLog.Write(Record{}))
 	require.Empty(t, nilLog.Digest(args))
 }
+
+// TestRotationFailureKeepsWriting: when the old file cannot be renamed
+// (here path.1 is a directory), records go on into the current file.
+func TestRotationFailureKeepsWriting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	require.NoError(t, os.MkdirAll(filepath.Join(path+".1", "busy"), 0o700))
+	l, err := Open(path, 200, 1)
+	require.NoError(t, err)
+	defer l.Close()
+	failed := 0
+	for range 10 {
+		if l.Write(Record{Kind: KindToolCall, Via: "mcp", Identity: "kitchen", Tool: "self.reboot", Outcome: "ok"}) != nil {
+			failed++
+		}
+	}
+	require.Positive(t, failed, "the rotation failures are reported")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, 10, strings.Count(string(data), "\n"), "every record was written")
+}
