@@ -1,0 +1,80 @@
+// Package logthrottle keeps a warning that an outsider can repeat at will
+// (a flood of refused connections, a board that never stops publishing)
+// from flooding the log: the first occurrence is logged at once, later ones
+// at most once per interval, each carrying how many were left out since the
+// last line. zap's own sampler drops lines silently; an operator reading a
+// sampled log must still see how big the flood was.
+package logthrottle
+
+import (
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// DefaultInterval is the quiet time between two lines of one Throttle.
+const DefaultInterval = 10 * time.Second
+
+// Throttle rate-limits one kind of log line. The zero value logs at most
+// once per DefaultInterval; it is safe for concurrent use.
+type Throttle struct {
+	// Interval is the least time between two lines; 0 means
+	// DefaultInterval.
+	Interval time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int64
+}
+
+// Allow reports whether a line may be written now and, when it may, how
+// many occurrences were left out since the previous line.
+func (t *Throttle) Allow() (suppressed int64, ok bool) {
+	return t.allowAt(time.Now())
+}
+
+func (t *Throttle) allowAt(now time.Time) (int64, bool) {
+	interval := t.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.last.IsZero() && now.Sub(t.last) < interval {
+		t.suppressed++
+		return 0, false
+	}
+	n := t.suppressed
+	t.last, t.suppressed = now, 0
+	return n, true
+}
+
+// Warn writes msg at warn level through log when the throttle allows it,
+// adding a "suppressed" field with the count of lines left out since the
+// last one (omitted when none were). A level the logger does not write
+// neither logs nor counts.
+func (t *Throttle) Warn(log *zap.Logger, msg string, fields ...zap.Field) {
+	t.write(log, zapcore.WarnLevel, msg, fields)
+}
+
+// Info is Warn at info level.
+func (t *Throttle) Info(log *zap.Logger, msg string, fields ...zap.Field) {
+	t.write(log, zapcore.InfoLevel, msg, fields)
+}
+
+func (t *Throttle) write(log *zap.Logger, lvl zapcore.Level, msg string, fields []zap.Field) {
+	ce := log.Check(lvl, msg)
+	if ce == nil {
+		return
+	}
+	n, ok := t.Allow()
+	if !ok {
+		return
+	}
+	if n > 0 {
+		fields = append(fields[:len(fields):len(fields)], zap.Int64("suppressed", n))
+	}
+	ce.Write(fields...)
+}
