@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
@@ -92,6 +94,25 @@ type SimulateConfig struct {
 	Profile string `yaml:"profile"`
 }
 
+// defaultDevicesConfig spells out every default of the devices: section,
+// so that a 0 written in a file is the user's and can be refused.
+func defaultDevicesConfig() DevicesConfig {
+	return DevicesConfig{
+		WithUserTools:  true,
+		RequestTimeout: device.DefaultRequestTimeout,
+		CallTimeout:    device.DefaultCallTimeout,
+		ToolTimeouts:   device.DefaultToolTimeouts(),
+		InitTimeout:    device.DefaultInitTimeout,
+		ReadyWait:      device.DefaultReadyWait,
+		QueueSize:      device.DefaultQueueSize,
+		MaxPages:       device.DefaultMaxPages,
+		MaxTools:       device.DefaultMaxTools,
+		MaxProbes:      device.DefaultMaxProbes,
+		Flapping: device.FlapPolicy{Limit: device.DefaultFlapLimit, Window: device.DefaultFlapWindow,
+			Backoff: device.DefaultFlapBackoff},
+	}
+}
+
 // Default returns the configuration used when no file or flag says
 // otherwise: it runs with no config file at all.
 func Default() Config {
@@ -100,13 +121,16 @@ func Default() Config {
 		ControlListen:   "127.0.0.1:8080",
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
-		Devices:         DevicesConfig{WithUserTools: true, ToolTimeouts: device.DefaultToolTimeouts(), MaxProbes: device.DefaultMaxProbes},
+		Devices:         defaultDevicesConfig(),
 		Control:         ControlConfig{EventsReplay: DefaultEventsReplay},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
 		Flow:            defaultFlowConfig(),
 		OTA:             defaultOTAConfig(),
+		Auth:            defaultAuthConfig(),
+		Tracing:         tracing.Config{SampleRatio: 1, FlushInterval: tracing.DefaultFlushInterval},
+		Cluster:         ClusterConfig{OfflineAfter: cluster.DefaultOfflineAfter},
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -130,11 +154,10 @@ func LoadFile(path string, cfg *Config) error {
 // Validate reports configuration mistakes in words a user can act on.
 func (c Config) Validate() error {
 	var errs []error
-	if c.DeviceListen == "" {
-		errs = append(errs, errors.New("device_listen must be set (host:port)"))
-	}
-	if c.ControlListen == "" {
-		errs = append(errs, errors.New("control_listen must be set (host:port)"))
+	for _, l := range []struct{ key, addr string }{{"device_listen", c.DeviceListen}, {"control_listen", c.ControlListen}} {
+		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%s %q: use host:port, e.g. 127.0.0.1:8080 or :8000", l.key, l.addr))
+		}
 	}
 	switch c.Log.Format {
 	case "console", "json":
@@ -144,15 +167,7 @@ func (c Config) Validate() error {
 	if err := c.WebSocket.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Devices.MaxProbes < 0 {
-		errs = append(errs, fmt.Errorf("devices.max_probes %d: use 1 or more, or 0 for the default (%d)", c.Devices.MaxProbes, device.DefaultMaxProbes))
-	}
-	if c.Control.EventsReplay < 0 {
-		errs = append(errs, errors.New("control.events_replay must not be negative (0 keeps no events)"))
-	}
-	if c.Simulate.Count < 0 {
-		errs = append(errs, errors.New("simulate.count must not be negative"))
-	}
+	errs = append(errs, c.checkNumbers()...)
 	if err := c.MQTT.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -31,12 +31,10 @@ func TestMaxProbesConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 64, cfg.hubConfig("test").MaxProbes)
 
-	require.NoError(t, os.WriteFile(path, []byte("devices:\n  max_probes: 0\n"), 0o600))
-	cfg, err = ParseArgs("bridge", []string{"--config", path})
-	require.NoError(t, err, "0 means the default")
-	assert.Zero(t, cfg.hubConfig("test").MaxProbes, "the Hub turns 0 into its default")
-
-	require.NoError(t, os.WriteFile(path, []byte("devices:\n  max_probes: -1\n"), 0o600))
-	_, err = ParseArgs("bridge", []string{"--config", path})
-	require.ErrorContains(t, err, "devices.max_probes -1: use 1 or more, or 0 for the default (16)")
+	for _, v := range []string{"0", "-1"} {
+		require.NoError(t, os.WriteFile(path, []byte("devices:\n  max_probes: "+v+"\n"), 0o600))
+		_, err = ParseArgs("bridge", []string{"--config", path})
+		require.ErrorContains(t, err, "devices.max_probes "+v+": use a whole number from 1 to 4096; default 16",
+			"a value that would turn the bound off or fall back silently is refused")
+	}
 }

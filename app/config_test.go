@@ -73,5 +73,5 @@ func TestEventsReplayConfig(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte("control:\n  events_replay: -1\n"), 0o600))
 	_, err = app.ParseArgs("bridge", []string{"--config", path})
-	require.ErrorContains(t, err, "control.events_replay must not be negative")
+	require.ErrorContains(t, err, "control.events_replay -1: use a whole number from 0 to 1048576")
 }

@@ -28,7 +28,7 @@ type FlowConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// MaxPerCaller bounds a caller's open interactions; MaxPrompts the
 	// prompts of one interaction (refused answers count); MaxDuration an
-	// interaction's whole life. Negative: no limit.
+	// interaction's whole life. Each is at least 1 (app/configcheck.go).
 	MaxPerCaller int           `yaml:"max_per_caller"`
 	MaxPrompts   int           `yaml:"max_prompts"`
 	MaxDuration  time.Duration `yaml:"max_duration"`

@@ -37,6 +37,7 @@ func defaultMCPConfig() MCPConfig {
 		RateBurst:        tools.DefaultRateBurst,
 		SessionTimeout:   tools.DefaultSessionTimeout,
 		ProgressInterval: tools.DefaultProgressInterval,
+		EventStoreBytes:  tools.DefaultEventStoreBytes,
 	}}
 }
 

@@ -26,7 +26,8 @@ type OTAConfig struct {
 }
 
 func defaultOTAConfig() OTAConfig {
-	return OTAConfig{Enabled: true, Config: ota.Config{Path: ota.DefaultPath, MQTTKeepAlive: ota.DefaultMQTTKeepAlive}}
+	return OTAConfig{Enabled: true, Config: ota.Config{Path: ota.DefaultPath, MQTTKeepAlive: ota.DefaultMQTTKeepAlive,
+		MaxBodyBytes: ota.DefaultMaxBodyBytes}}
 }
 
 func (c OTAConfig) validate() error {

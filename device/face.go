@@ -35,6 +35,15 @@ var (
 	ErrDisconnected = mcpclient.ErrDisconnected
 )
 
+// Defaults of ClientOptions, for configuration that shows them.
+const (
+	DefaultRequestTimeout = mcpclient.DefaultRequestTimeout
+	DefaultCallTimeout    = mcpclient.DefaultCallTimeout
+	DefaultQueueSize      = mcpclient.DefaultQueueSize
+	DefaultMaxPages       = mcpclient.DefaultMaxPages
+	DefaultMaxTools       = mcpclient.DefaultMaxTools
+)
+
 // DefaultToolTimeouts are the per-tool call timeouts boards need (tools that
 // legitimately take long, such as taking a photo).
 func DefaultToolTimeouts() map[string]time.Duration { return mcpclient.DefaultToolTimeouts() }

@@ -17,6 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// DefaultFlushInterval is Config.FlushInterval's default.
+const DefaultFlushInterval = 5 * time.Second
+
 // Config is the tracing: section.
 type Config struct {
 	// OTLPEndpoint is the collector's OTLP/HTTP URL, e.g.
@@ -30,16 +33,14 @@ type Config struct {
 	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
-// Validate reports configuration mistakes.
+// Validate reports configuration mistakes (numbers are checked by the
+// bridge's configuration against its table of ranges).
 func (c Config) Validate() error {
 	if c.OTLPEndpoint != "" {
 		u, err := url.Parse(c.OTLPEndpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("tracing.otlp_endpoint %q: use http(s)://host:4318", c.OTLPEndpoint)
 		}
-	}
-	if c.SampleRatio < 0 || c.SampleRatio > 1 {
-		return fmt.Errorf("tracing.sample_ratio %v: use a number from 0 to 1", c.SampleRatio)
 	}
 	return nil
 }
@@ -68,7 +69,7 @@ func Start(ctx context.Context, c Config, version string) (*Provider, error) {
 	}
 	flush := c.FlushInterval
 	if flush <= 0 {
-		flush = 5 * time.Second
+		flush = DefaultFlushInterval
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", "devicebridge"), attribute.String("service.version", version))
 	tp := sdktrace.NewTracerProvider(

@@ -46,11 +46,13 @@ type Config struct {
 	SendQueue int `yaml:"send_queue"`
 	// MaxConnections bounds open device sockets, hello done or not; past
 	// it a board gets HTTP 503 before the upgrade. 0 means
-	// DefaultMaxConnections, negative no limit.
+	// DefaultMaxConnections (the bridge's configuration refuses 0 and
+	// negative values; negative means no limit only to code that builds a
+	// Config itself).
 	MaxConnections int `yaml:"max_connections"`
 	// MaxPendingHellos bounds sockets still waiting for their hello; past
-	// it a new socket gets HTTP 503. 0 means DefaultMaxPendingHellos,
-	// negative no limit.
+	// it a new socket gets HTTP 503. 0 means DefaultMaxPendingHellos;
+	// negative values as for MaxConnections.
 	MaxPendingHellos int `yaml:"max_pending_hellos"`
 	// Issued verifies per-board tokens (those the OTA endpoint hands out):
 	// a board presenting the token issued to its own Device-Id is admitted
