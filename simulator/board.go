@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,9 @@ type Config struct {
 	// TLS configures https OTA requests and wss connections; nil verifies
 	// against the system roots, as boards do against their CA bundle.
 	TLS *tls.Config
+	// Hostile, when set, makes the board misbehave on purpose (see
+	// Hostile); nil keeps it firmware-faithful.
+	Hostile *Hostile
 }
 
 // Stats are a board's counters since it was created.
@@ -151,8 +155,8 @@ type Board struct {
 	clientID string
 	log      *zap.Logger
 
-	// toolJSON caches the rendering of each profile tool for tools/list.
-	toolJSON []string
+	// tools caches each listed tool with its rendering for tools/list.
+	tools []listedTool
 	// initializeResult is the constant result of initialize.
 	initializeResult string
 
@@ -225,6 +229,14 @@ func NewBoard(cfg Config) (*Board, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Hostile != nil {
+		h := *cfg.Hostile
+		h.ExtraTools = slices.Clone(h.ExtraTools)
+		if err := h.validate(); err != nil {
+			return nil, err
+		}
+		cfg.Hostile = &h
+	}
 
 	p := cfg.Profile
 	b := &Board{
@@ -247,9 +259,7 @@ func NewBoard(cfg Config) (*Board, error) {
 	if b.state == nil {
 		b.state = map[string]any{}
 	}
-	for i := range p.Tools {
-		b.toolJSON = append(b.toolJSON, renderTool(&p.Tools[i]))
-	}
+	b.tools = b.listing()
 	return b, nil
 }
 

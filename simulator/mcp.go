@@ -155,7 +155,7 @@ func (s *session) dropMCP(reason string) {
 // the page (it is inclusive), and a page ends before the first tool that
 // would push it past the size budget; that tool becomes nextCursor.
 func (s *session) toolsList(id int, cursor string, withUser bool) {
-	tools := s.b.profile.Tools
+	tools := s.b.tools
 	var sb strings.Builder
 	sb.WriteString(`{"tools":[`)
 	found := cursor == ""
@@ -163,19 +163,19 @@ func (s *session) toolsList(id int, cursor string, withUser bool) {
 	for i := range tools {
 		t := &tools[i]
 		if !found {
-			if t.Name != cursor {
+			if t.name != cursor {
 				continue
 			}
 			found = true
 		}
 		// Hidden tools are skipped before the size test, so they can never
 		// become a cursor.
-		if t.UserOnly && !withUser {
+		if t.userOnly && !withUser {
 			continue
 		}
-		entry := s.b.toolJSON[i] + ","
-		if sb.Len()+len(entry)+toolsPageMargin > toolsPageLimit {
-			next = t.Name
+		entry := t.json + ","
+		if sb.Len()+len(entry)+toolsPageMargin > toolsPageLimit && !(t.unpaged && sb.Len() == len(`{"tools":[`)) {
+			next = t.name
 			break
 		}
 		sb.WriteString(entry)

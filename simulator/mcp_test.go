@@ -257,7 +257,7 @@ func TestMCPToolsListPaging(t *testing.T) {
 			// The page is full: the cursor tool would not have fitted.
 			idx := toolIndex(p, pg.next)
 			toolsPart := len(pg.raw) - len(`,"nextCursor":"`+pg.next+`"}`) - 1 // without "]"
-			assert.Greater(t, toolsPart+1+len(h.b.toolJSON[idx])+1+toolsPageMargin, toolsPageLimit)
+			assert.Greater(t, toolsPart+1+len(h.b.tools[idx].json)+1+toolsPageMargin, toolsPageLimit)
 			cursor = pg.next
 		}
 		assert.GreaterOrEqual(t, len(pages), 3, "the catalog must need at least three pages")

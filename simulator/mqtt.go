@@ -169,6 +169,9 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 		return nil, err
 	}
 	key := strings.ReplaceAll(b.mac, ":", "_")
+	if b.deviceID() != b.mac {
+		key = b.deviceID() // a hostile board's spelling, verbatim
+	}
 	mc.ClientID = cmp.Or(mc.ClientID, DefaultMQTTClientGroup+"@@@"+key+"@@@"+b.clientID)
 	mc.PublishTopic = strings.ReplaceAll(cmp.Or(mc.PublishTopic, DefaultMQTTPublishTopic), "{mac}", key)
 	mc.SubscribeTopic = strings.ReplaceAll(cmp.Or(mc.SubscribeTopic, "devices/p2p/{mac}"), "{mac}", key)
@@ -238,6 +241,14 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 		defer c.wg.Done()
 		c.sess.runMainTask(c.ctx)
 	}()
+	if h := b.cfg.Hostile; h != nil && h.FloodOnConnect > 0 {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			n, err := c.Flood(c.ctx, h.FloodOnConnect, []byte(h.floodPayload()))
+			c.log.Info("hostile flood done", zap.Int("published", n), zap.Error(err))
+		}()
+	}
 	c.log.Info("connected over mqtt", zap.String("mqtt_client_id", mc.ClientID), zap.Bool("legacy", mc.Legacy))
 	return c, nil
 }

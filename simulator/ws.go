@@ -129,7 +129,7 @@ func (b *Board) wsHeaders(u *url.URL) http.Header {
 		h["Authorization"] = []string{tok}
 	}
 	h["Client-Id"] = []string{b.clientID}
-	h["Device-Id"] = []string{b.mac}
+	h["Device-Id"] = []string{b.deviceID()}
 	h["Protocol-Version"] = []string{strconv.Itoa(b.cfg.ProtocolVersion)}
 	// An empty value keeps net/http from adding its default User-Agent.
 	h["User-Agent"] = []string{""}

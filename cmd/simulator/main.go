@@ -65,9 +65,12 @@ type Main struct {
 	disconnectOn  map[string]bool
 	omitMCP       bool
 	omitSessionID bool
-	logFormat     string
-	logLevel      string
-	log           *zap.Logger
+	// hostile makes every board misbehave on purpose (flags --hostile-*).
+	hostile                  simulator.Hostile
+	hostileDeep, hostileWide int
+	logFormat                string
+	logLevel                 string
+	log                      *zap.Logger
 	// statsLog carries the fleet counters. It logs at info level whatever
 	// --log-level says: --stats-interval is an explicit request for them,
 	// and load runs typically use --log-level warn to silence per-board
@@ -116,6 +119,12 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	})
 	fs.BoolVar(&m.omitMCP, "no-mcp", false, "behave like a board without MCP (no features.mcp, MCP ignored)")
 	fs.BoolVar(&m.omitSessionID, "omit-session-id", false, "leave session_id out of device messages (no real firmware does this)")
+
+	// Hostile boards (docs/reliability.md): test a deployment's defences.
+	fs.IntVar(&m.hostileDeep, "hostile-deep-schema", 0, "hostile: also list a tool whose inputSchema nests this many objects")
+	fs.IntVar(&m.hostileWide, "hostile-wide-schema", 0, "hostile: also list a tool whose inputSchema has this many properties")
+	fs.StringVar(&m.hostile.MACSpelling, "hostile-mac-spelling", "", "hostile: send the MAC spelt "+strings.Join(simulator.MACSpellings, ", ")+" (Device-Id, MQTT client id)")
+	fs.IntVar(&m.hostile.FloodOnConnect, "hostile-flood", 0, "hostile: publish this many messages as fast as possible after connecting over MQTT")
 
 	// Output.
 	fs.StringVar(&m.logFormat, "log-format", "console", "log format: console or json")
@@ -217,6 +226,7 @@ func (m *Main) Run(ctx context.Context) error {
 			DisconnectOn:    m.disconnectOn,
 			OmitMCPFeature:  m.omitMCP,
 			OmitSessionID:   m.omitSessionID,
+			Hostile:         m.hostileConfig(),
 		},
 		Logger: m.log,
 	})
@@ -278,4 +288,20 @@ func (m *Main) logStats(ctx context.Context, f *simulator.Fleet) {
 				zap.Uint64("reboots", s.Reboots))
 		}
 	}
+}
+
+// hostileConfig is the --hostile-* flags as a simulator.Hostile, or nil
+// when none is set.
+func (m *Main) hostileConfig() *simulator.Hostile {
+	h := m.hostile
+	if m.hostileDeep > 0 {
+		h.ExtraTools = append(h.ExtraTools, simulator.DeepSchemaTool("self.hostile.deep_schema", m.hostileDeep))
+	}
+	if m.hostileWide > 0 {
+		h.ExtraTools = append(h.ExtraTools, simulator.WideSchemaTool("self.hostile.wide_schema", m.hostileWide, 64))
+	}
+	if h.MACSpelling == "" && h.FloodOnConnect == 0 && len(h.ExtraTools) == 0 {
+		return nil
+	}
+	return &h
 }
