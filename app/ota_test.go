@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -359,4 +361,79 @@ func TestSimulatedBoardsWithRequiredCredentials(t *testing.T) {
 	})
 	d := apiOf(t, a.App).waitReady("02:00:00:00:00:01")
 	assert.Equal(t, "websocket", d.Transport)
+}
+
+// otaBody is a board's OTA request body, as the simulator builds it.
+func otaBody(t *testing.T, mac string) string {
+	t.Helper()
+	return newBoard(t, mac, "breadboard").SystemInfoJSON()
+}
+
+// TestOTAFloodFromOneAddress: a flood of unauthenticated OTA POSTs from
+// one address, each claiming a new MAC, is answered 429 once the address's
+// burst is spent, so the pending list grows by at most that much. Before
+// the fix all of them became pending boards.
+func TestOTAFloodFromOneAddress(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) { c.OTA.Approval = true; c.OTA.DataDir = "" })
+	body := otaBody(t, "02:00:0b:00:00:01")
+	const flood = 400
+	counts := map[int]int{}
+	for i := range flood {
+		mac := fmt.Sprintf("02:00:0b:00:%02x:%02x", i>>8, i&0xff)
+		req, err := http.NewRequest(http.MethodPost, a.OTAURL(), strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Device-Id", mac)
+		req.Header.Set("Client-Id", fmt.Sprintf("1f0a0b0c-0000-4000-8000-%012d", i))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		counts[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+		}
+	}
+	// The default burst is 100 at 10 a second: letting every request of
+	// the flood through would take the loop half a minute.
+	assert.GreaterOrEqual(t, counts[http.StatusOK], ota.DefaultRequestBurst)
+	assert.Less(t, counts[http.StatusOK], flood, "the flood is limited")
+	assert.Equal(t, flood, counts[http.StatusOK]+counts[http.StatusTooManyRequests], counts)
+	var list struct{ Devices []ota.DeviceView }
+	require.Equal(t, http.StatusOK, getWithToken(t, "http://"+a.ControlAddr().String()+"/api/ota/devices", "", &list))
+	assert.Len(t, list.Devices, counts[http.StatusOK], "only the answered boards wait")
+}
+
+// TestOTABoundsConfig: the OTA bounds have their defaults spelled out in
+// the shipped file, take flags, and a bad value stops the start with the
+// key and what is allowed.
+func TestOTABoundsConfig(t *testing.T) {
+	shipped, err := ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})
+	require.NoError(t, err)
+	bounds := func(c ota.Config) []any {
+		return []any{c.MaxPending, c.PendingTTL, c.MaxDevices, c.RequestsPerSecond, c.RequestBurst, c.MaxAddresses,
+			c.CodeDigits, c.CodeGuessesPerHour, c.CodeGuessesPerCallerPerHour}
+	}
+	assert.Equal(t, bounds(ota.Config{}.WithDefaults()), bounds(shipped.OTA.Config), "the shipped file spells out the defaults")
+	assert.Equal(t, bounds(ota.Config{}.WithDefaults()), bounds(Default().OTA.Config))
+
+	cfg, err := ParseArgs("bridge", []string{"--ota-max-pending", "50", "--ota-pending-ttl", "10m", "--ota-rate", "2.5", "--ota-burst", "500"})
+	require.NoError(t, err)
+	assert.Equal(t, 50, cfg.OTA.MaxPending)
+	assert.Equal(t, 10*time.Minute, cfg.OTA.PendingTTL)
+	assert.InDelta(t, 2.5, cfg.OTA.RequestsPerSecond, 0)
+	assert.Equal(t, 500, cfg.OTA.RequestBurst)
+
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	for yaml, want := range map[string]string{
+		"ota:\n  max_pending: -1\n":         "ota.max_pending -1: use a positive number, or 0 for the default (1000)",
+		"ota:\n  pending_ttl: 5s\n":         "ota.pending_ttl 5s: use 1m0s or more",
+		"ota:\n  code_digits: 12\n":         "ota.code_digits 12: use 6 to 10",
+		"ota:\n  max_pending: 100000\n":     "ota.code_digits 6 with ota.max_pending 100000",
+		"ota:\n  requests_per_second: -1\n": "ota.requests_per_second -1",
+	} {
+		require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+		_, err := ParseArgs("bridge", []string{"--config", path})
+		assert.ErrorContains(t, err, want, yaml)
+	}
 }
