@@ -89,7 +89,7 @@ func registerOTAFlags(fs *flag.FlagSet, c *OTAConfig, t *TLSConfig) {
 	fs.StringVar(&c.Balance, "ota-balance", c.Balance, "with --nats: least_loaded sends each booting board to the live node with the fewest boards (default: the node it asked)")
 	fs.Var(stringList{&c.Allow}, "ota-allow", "admit only this board MAC without approval (repeatable)")
 	fs.BoolVar(&c.Approval, "ota-approval", c.Approval, "unknown boards show an activation code and wait for POST /api/ota/devices/{id|code}/approve")
-	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports (implied by --ota-allow and --ota-approval)")
+	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports, and bind issued ones to the board's first Client-Id (implied by --ota-allow and --ota-approval)")
 	fs.IntVar(&c.MaxPending, "ota-max-pending", c.MaxPending, "most boards waiting for approval at once; past it new ones are answered 503 and retry (ota.max_pending)")
 	fs.DurationVar(&c.PendingTTL, "ota-pending-ttl", c.PendingTTL, "forget a board waiting for approval that stopped asking for this long (ota.pending_ttl)")
 	fs.Float64Var(&c.RequestsPerSecond, "ota-rate", c.RequestsPerSecond, "OTA requests per second per source address, after --ota-burst; past it 429 (ota.requests_per_second)")

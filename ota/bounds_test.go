@@ -244,6 +244,99 @@ func TestCodeGuessesThrottled(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, approve(me, wrong(30)), "the allowance refills")
 }
 
+// TestClientIDBoundOnFirstUse: where credentials are required, they are
+// bound to the Client-Id a board first registers with. Another Client-Id
+// for the same MAC gets no credentials (409), is shown to the operator
+// and logged, and the transports refuse the credentials with it too, until
+// the binding is reset. Before the fix anyone who knew the MAC got them.
+func TestClientIDBoundOnFirstUse(t *testing.T) {
+	n := embedded()
+	n.MQTT, n.MQTTEmbedded = false, false
+	f := newFixture(t, Config{Secret: "0123456789abcdef0123", Allow: []string{"aa:bb:cc:dd:ee:ff"}}, n)
+	code, m, _ := f.boot(t, boardHeaders())
+	require.Equal(t, http.StatusOK, code)
+	var ws WebSocket
+	require.NoError(t, json.Unmarshal(m["websocket"], &ws))
+
+	impostor := boardHeaders()
+	impostor.Set("Client-Id", "0badbadb-0000-4000-8000-000000000009")
+	code, _, body := f.boot(t, impostor)
+	assert.Equal(t, http.StatusConflict, code)
+	assert.NotContains(t, body, ws.Token)
+	ok, _ := f.srv.CheckWebSocketToken("aa:bb:cc:dd:ee:ff", "0badbadb-0000-4000-8000-000000000009", ws.Token)
+	assert.False(t, ok, "the transports hold the binding too")
+	assert.True(t, f.wsOK("aa:bb:cc:dd:ee:ff", ws.Token))
+
+	row := f.list(t).Devices[0]
+	assert.True(t, row.Bound)
+	assert.Equal(t, clientID, row.ClientID)
+	assert.Equal(t, "0badbadb-0000-4000-8000-000000000009", row.RejectedClientID)
+	assert.Equal(t, 2, row.Rejections, "the OTA call and the transport's")
+	assert.NotZero(t, f.logs.FilterMessageSnippet("bound to another Client-Id").Len())
+
+	noID := boardHeaders()
+	noID.Del("Client-Id")
+	code, body = f.post(t, f.url, noID, strings.Replace(systemInfoBody, `"uuid":"`+clientID+`",`, "", 1))
+	assert.Equal(t, http.StatusBadRequest, code, "no Client-Id, nothing to bind to")
+	assert.Contains(t, body, "Client-Id")
+
+	// The operator resets the binding to the new Client-Id (the board's
+	// flash was erased): the new one is served, the old one refused.
+	code, body, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/AA-BB-CC-DD-EE-FF/reset", nil, `{"client_id":"0badbadb-0000-4000-8000-000000000009"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	code, _, _ = f.boot(t, impostor)
+	assert.Equal(t, http.StatusOK, code)
+	assert.False(t, f.wsOK("aa:bb:cc:dd:ee:ff", ws.Token), "the old Client-Id no longer")
+	code, _, _ = f.boot(t, boardHeaders())
+	assert.Equal(t, http.StatusConflict, code)
+
+	// Reset without a body: the next OTA call binds.
+	code, _, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/aa:bb:cc:dd:ee:ff/reset", nil, "")
+	require.Equal(t, http.StatusOK, code)
+	code, _, _ = f.boot(t, boardHeaders())
+	assert.Equal(t, http.StatusOK, code)
+	assert.True(t, f.wsOK("aa:bb:cc:dd:ee:ff", ws.Token))
+
+	for _, bad := range []struct{ path, body string }{
+		{"482913/reset", ""}, {"aa:bb:cc:dd:ee:ff/reset", `{"client_id":"no spaces allowed"}`}, {"aa:bb:cc:dd:ee:ff/reset", `{"other":1}`},
+	} {
+		code, _, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/"+bad.path, nil, bad.body)
+		assert.Equal(t, http.StatusBadRequest, code, bad)
+	}
+	code, _, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/aa:bb:cc:dd:ee:01/reset", nil, "")
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// TestOpenModeRefusesAnotherBoardsCredentials: with admission off, a
+// board presenting no credentials is admitted as before, but one
+// presenting credentials the bridge issued to another board is refused
+// (foreign). Tokens of the form issued before tokens named their board
+// still work for their own board.
+func TestOpenModeRefusesAnotherBoardsCredentials(t *testing.T) {
+	f := newFixture(t, Config{Secret: "0123456789abcdef0123"}, embedded())
+	creds := f.srv.Credentials()
+	tok := creds.WebSocketToken("aa:bb:cc:dd:ee:ff")
+	assert.True(t, strings.HasPrefix(tok, "dbw1.aabbccddeeff."), tok)
+	issued, foreign := f.srv.CheckWebSocketToken("aa:bb:cc:dd:ee:01", "x", tok)
+	assert.False(t, issued)
+	assert.True(t, foreign)
+	issued, foreign = f.srv.CheckWebSocketToken("AA-BB-CC-DD-EE-FF", "x", tok)
+	assert.True(t, issued, "its own board, in any MAC spelling")
+	assert.False(t, foreign)
+	_, foreign = f.srv.CheckWebSocketToken("aa:bb:cc:dd:ee:01", "x", "dbw1.aabbccddeeff.forged")
+	assert.False(t, foreign, "a token the bridge did not issue names nobody")
+	issued, _ = f.srv.CheckWebSocketToken("aa:bb:cc:dd:ee:ff", "x", creds.legacyWebSocketToken("aa:bb:cc:dd:ee:ff"))
+	assert.True(t, issued, "a token issued before the upgrade")
+
+	login := creds.MQTT("aa:bb:cc:dd:ee:ff", clientID)
+	issued, foreign = f.srv.CheckMQTT("aa:bb:cc:dd:ee:01", "x", login.Username, login.Password)
+	assert.False(t, issued)
+	assert.True(t, foreign)
+	_, foreign = f.srv.CheckMQTT("aa:bb:cc:dd:ee:01", "x", login.Username, "wrong")
+	assert.False(t, foreign)
+	assert.NotZero(t, f.logs.FilterMessageSnippet("issued to another board").Len())
+}
+
 func TestBoundsValidated(t *testing.T) {
 	for cfg, want := range map[*Config]string{
 		{MaxPending: -1}:          "ota.max_pending -1: use a positive number, or 0 for the default (1000)",

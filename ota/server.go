@@ -1,6 +1,7 @@
 package ota
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -336,7 +337,7 @@ type Server struct {
 	// and allGuesses limit wrong activation codes per caller and in all.
 	perAddress, callerGuesses, allGuesses *keyrate.Set
 	// One throttle per warning an outsider can repeat at will.
-	warnLimited, warnFull, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
+	warnLimited, warnFull, warnConflict, warnForeign, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
 }
 
 // New opens the store and the secret. network is called on every request.
@@ -478,18 +479,62 @@ func (s *Server) Admitted(deviceID string) bool {
 	return len(s.allow) == 0
 }
 
-// VerifyWebSocketToken is the WebSocket listener's check: the token issued
-// to this board, and the board still admitted.
-func (s *Server) VerifyWebSocketToken(deviceID, token string) bool {
+// CheckWebSocketToken is the WebSocket listener's check of a board's
+// token: issued when it is the token issued to this board, the board is
+// still admitted and, where credentials are required, it presents the
+// Client-Id its credentials are bound to; foreign when it is recognisably
+// a token the bridge issued to another board, which the listener refuses
+// even where tokens are optional.
+func (s *Server) CheckWebSocketToken(deviceID, clientID, token string) (issued, foreign bool) {
 	id := device.NormalizeID(deviceID)
-	return s.creds.VerifyWebSocketToken(id, token) && s.Admitted(id)
+	if owner, ok := s.creds.WebSocketTokenOwner(token); ok && owner != id {
+		s.refuseForeign(id, owner, "websocket")
+		return false, true
+	}
+	if !s.creds.VerifyWebSocketToken(id, token) {
+		return false, false
+	}
+	return s.Admitted(id) && s.boundTo(id, clientID, "websocket"), false
 }
 
-// VerifyMQTT is the embedded broker's check, for the board its client id
-// names.
-func (s *Server) VerifyMQTT(deviceID, username, password string) bool {
+// CheckMQTT is the embedded broker's check of a board's login, for the
+// board its client id names (deviceID, and clientID, the UUID part): as
+// CheckWebSocketToken.
+func (s *Server) CheckMQTT(deviceID, clientID, username, password string) (issued, foreign bool) {
 	id := device.NormalizeID(deviceID)
-	return s.creds.VerifyMQTT(id, username, password) && s.Admitted(id)
+	if owner, ok := s.creds.MQTTOwner(username, password); ok && owner != id {
+		s.refuseForeign(id, owner, "mqtt")
+		return false, true
+	}
+	if !s.creds.VerifyMQTT(id, username, password) {
+		return false, false
+	}
+	return s.Admitted(id) && s.boundTo(id, clientID, "mqtt"), false
+}
+
+func (s *Server) refuseForeign(id, owner, transport string) {
+	s.warnForeign.Warn(s.log, "refused a board presenting credentials the bridge issued to another board",
+		zap.String("device_id", id), zap.String("issued_to", owner), zap.String("transport", transport))
+}
+
+// boundTo reports whether clientID may use the credentials issued to id.
+// Where credentials are required, the board's record names the Client-Id
+// they are bound to (trust on first use, at the OTA call); any other is
+// refused, and recorded for the operator. A node that holds no record of
+// the board (another node of a fleet answered its OTA call) has no binding
+// to check and trusts the credentials alone.
+func (s *Server) boundTo(id, clientID, transport string) bool {
+	if !s.RequireCredentials() {
+		return true
+	}
+	r, ok := s.store.Get(id)
+	if !ok || r.ClientID != "" && r.ClientID == clientID {
+		return true
+	}
+	s.store.Reject(id, clientID, s.now())
+	s.warnConflict.Warn(s.log, "refused a board: its credentials are bound to another Client-Id (reset with POST /api/ota/devices/{mac}/reset if its flash was erased)",
+		zap.String("device_id", id), zap.String("client_id", clientID), zap.String("transport", transport))
+	return false
 }
 
 // Register mounts the OTA and activation paths on the device mux.
@@ -503,6 +548,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 func (s *Server) RegisterControl(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
 	mux.Handle("GET /api/ota/devices", auth(http.HandlerFunc(s.listDevices)))
 	mux.Handle("POST /api/ota/devices/{id}/approve", auth(http.HandlerFunc(s.approve)))
+	mux.Handle("POST /api/ota/devices/{id}/reset", auth(http.HandlerFunc(s.reset)))
 }
 
 // limited answers 429 when the request's source address has used up its
@@ -589,6 +635,16 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := s.log.With(zap.String("device_id", req.DeviceID), zap.String("remote", r.RemoteAddr))
+	// Where credentials are required they are bound to the Client-Id the
+	// board first registers with: the protocol gives a board no secret
+	// before this call, and its UUID is the one thing an impostor who
+	// knows the MAC does not have by default.
+	bind := s.RequireCredentials()
+	if bind && req.ClientID == "" {
+		s.infoBadRequest.Info(s.log, "refused OTA request: no Client-Id, and credentials are bound to it", zap.String("remote", r.RemoteAddr))
+		http.Error(w, "bad OTA request: a Client-Id header is required (boards send their UUID)", http.StatusBadRequest)
+		return
+	}
 	allowed := s.allow[req.DeviceID]
 	if len(s.allow) > 0 && !allowed && !s.cfg.Approval {
 		s.warnAllowlist.Warn(log, "refused board: not on the OTA allowlist (add it to ota.allow)")
@@ -596,7 +652,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	needsApproval := s.cfg.Approval && !allowed
-	rec, err := s.store.Seen(req, s.now(), SeenPolicy{Approval: needsApproval})
+	rec, err := s.store.Seen(req, s.now(), SeenPolicy{Approval: needsApproval, Bind: bind})
 	if !s.recorded(w, log, req, err) {
 		return
 	}
@@ -668,6 +724,10 @@ func (s *Server) recorded(w http.ResponseWriter, log *zap.Logger, req Request, e
 	switch {
 	case err == nil:
 		return true
+	case errors.Is(err, ErrClientIDConflict):
+		s.warnConflict.Warn(log, "refused board: its credentials are bound to another Client-Id (reset with POST /api/ota/devices/{mac}/reset if its flash was erased)",
+			zap.String("client_id", req.ClientID))
+		http.Error(w, "this board's MAC is registered with another Client-Id; an operator must reset it on the bridge", http.StatusConflict)
 	case errors.Is(err, ErrTooManyPending):
 		s.warnFull.Warn(log, "refused board: too many boards wait for approval (ota.max_pending); approve or wait for them to expire",
 			zap.Int("max_pending", lim.MaxPending), zap.Duration("pending_ttl", lim.PendingTTL))
@@ -801,10 +861,15 @@ type DeviceView struct {
 	// is off, so Approved stays false), allowlist, approved, pending or
 	// not_admitted.
 	Admission string `json:"admission"`
+	// Bound says its credentials are bound to ClientID: where credentials
+	// are required, another Client-Id for its MAC is refused (and shown
+	// in RejectedClientID) until the binding is reset.
+	Bound bool `json:"bound"`
 }
 
 func (s *Server) view(r Record) DeviceView {
-	v := DeviceView{Record: r, Pending: r.Pending(), Admitted: s.Admitted(r.DeviceID)}
+	v := DeviceView{Record: r, Pending: r.Pending(), Admitted: s.Admitted(r.DeviceID),
+		Bound: s.RequireCredentials() && r.ClientID != ""}
 	switch {
 	case s.allow[r.DeviceID]:
 		v.Admission = "allowlist"
@@ -828,7 +893,7 @@ func (s *Server) listDevices(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, s.view(r))
 	}
 	c, lim := s.store.Counts(now), s.store.Limits()
-	writeJSON(w, http.StatusOK, map[string]any{"approval": s.cfg.Approval,
+	writeJSON(w, http.StatusOK, map[string]any{"approval": s.cfg.Approval, "require_credentials": s.RequireCredentials(),
 		"pending": c.Pending, "max_pending": lim.MaxPending, "max_devices": lim.MaxDevices, "devices": out})
 }
 
@@ -881,6 +946,44 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 		giveBack() // a right code is no guess
 	}
 	s.log.Info("board approved", zap.String("device_id", rec.DeviceID))
+	writeJSON(w, http.StatusOK, s.view(rec))
+}
+
+// reset rebinds a board's credentials: to the client_id in the body, or,
+// without one, to the Client-Id of its next OTA call. It is the way back
+// for a board whose flash was erased (a new UUID), after an operator has
+// checked that the rejected Client-Id is that board's.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, ok := device.MACDigits(id); !ok {
+		writeJSON(w, http.StatusBadRequest, errorBody("bad_request", "name the board by its MAC"))
+		return
+	}
+	id = device.NormalizeID(id)
+	var body struct {
+		ClientID string `json:"client_id"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+	if len(bytes.TrimSpace(raw)) > 0 && err == nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&body)
+	}
+	if err != nil || body.ClientID != "" && !clientIDPattern.MatchString(body.ClientID) {
+		writeJSON(w, http.StatusBadRequest, errorBody("bad_request", `the body is empty, or {"client_id": "<the board's UUID>"}`))
+		return
+	}
+	rec, err := s.store.Reset(id, body.ClientID)
+	switch {
+	case errors.Is(err, ErrUnknownDevice):
+		writeJSON(w, http.StatusNotFound, errorBody("unknown_device", "no board with this MAC has called the OTA endpoint"))
+		return
+	case err != nil:
+		s.log.Error("could not store a reset", zap.Error(err))
+		writeJSON(w, http.StatusInternalServerError, errorBody("internal", "could not store the reset"))
+		return
+	}
+	s.log.Info("board's Client-Id binding reset", zap.String("device_id", id), zap.String("bound_to", body.ClientID))
 	writeJSON(w, http.StatusOK, s.view(rec))
 }
 

@@ -52,9 +52,15 @@ const clientID = "1f0a0b0c-0000-4000-8000-000000000001"
 
 // wsOK and mqttOK are the transports' checks, for a board presenting
 // boardHeaders' Client-Id.
-func (f *fixture) wsOK(id, token string) bool { return f.srv.VerifyWebSocketToken(id, token) }
+func (f *fixture) wsOK(id, token string) bool {
+	ok, _ := f.srv.CheckWebSocketToken(id, clientID, token)
+	return ok
+}
 
-func (f *fixture) mqttOK(id, user, pass string) bool { return f.srv.VerifyMQTT(id, user, pass) }
+func (f *fixture) mqttOK(id, user, pass string) bool {
+	ok, _ := f.srv.CheckMQTT(id, clientID, user, pass)
+	return ok
+}
 
 func (f *fixture) post(t *testing.T, path string, h http.Header, body string) (int, string) {
 	t.Helper()

@@ -52,6 +52,13 @@ type Record struct {
 	// the pending TTL older than on disk, so that a restart does not
 	// forget boards that are still asking.
 	LastSeen time.Time `json:"last_seen"`
+	// RejectedClientID, RejectedAt and Rejections record OTA calls for
+	// this MAC with another Client-Id than the one its credentials are
+	// bound to: a board whose flash was erased, or an impostor. An
+	// operator reads them before resetting the binding.
+	RejectedClientID string     `json:"rejected_client_id,omitempty"`
+	RejectedAt       *time.Time `json:"rejected_at,omitempty"`
+	Rejections       int        `json:"rejections,omitempty"`
 
 	// savedSeen is LastSeen as the file has it.
 	savedSeen time.Time
@@ -104,8 +111,9 @@ func (l Limits) withDefaults() Limits {
 // Errors of Seen that refuse a board; the OTA endpoint turns each into an
 // answer the firmware retries later.
 var (
-	ErrTooManyPending = errors.New("too many boards are waiting for approval")
-	ErrStoreFull      = errors.New("the bridge already records as many boards as ota.max_devices allows")
+	ErrTooManyPending   = errors.New("too many boards are waiting for approval")
+	ErrStoreFull        = errors.New("the bridge already records as many boards as ota.max_devices allows")
+	ErrClientIDConflict = errors.New("this board's credentials are bound to another Client-Id")
 )
 
 // SeenPolicy says what an OTA call may change.
@@ -113,6 +121,10 @@ type SeenPolicy struct {
 	// Approval gives a board that is neither approved nor waiting an
 	// activation code.
 	Approval bool
+	// Bind keeps the Client-Id a board first registered with: a call with
+	// another one is recorded on the board and refused with
+	// ErrClientIDConflict until Reset.
+	Bind bool
 }
 
 type storeFile struct {
@@ -254,14 +266,20 @@ func (s *Store) Limits() Limits { return s.lim }
 // Seen records an OTA call. With p.Approval, a board that is neither
 // approved nor waiting gets an activation code and challenge, unless
 // MaxPending boards already wait (ErrTooManyPending); a board the store
-// does not know is refused past MaxDevices (ErrStoreFull). It returns the
-// updated record; the file is rewritten only when something other than LastSeen
+// does not know is refused past MaxDevices (ErrStoreFull). With p.Bind, a
+// Client-Id other than the one the board registered with is recorded on
+// the board and refused (ErrClientIDConflict). It returns the updated
+// record; the file is rewritten only when something other than LastSeen
 // changed, or a pending board's LastSeen on disk is getting old.
 func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(now, false)
 	r, ok := s.devices[req.DeviceID]
+	if ok && p.Bind && r.ClientID != req.ClientID && r.ClientID != "" {
+		r.reject(req.ClientID, now)
+		return *r, ErrClientIDConflict
+	}
 	newPending := p.Approval && (!ok || !r.Approved && r.Code == "")
 	if newPending && len(s.codes) >= s.lim.MaxPending {
 		if s.sweepLocked(now, true); len(s.codes) >= s.lim.MaxPending {
@@ -310,6 +328,24 @@ func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 		}
 	}
 	return *r, nil
+}
+
+// Reject records, on board id, a Client-Id other than the one its
+// credentials are bound to: an operator reads it before resetting the
+// binding.
+func (s *Store) Reject(id, clientID string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.devices[id]; ok {
+		r.reject(clientID, now)
+	}
+}
+
+// reject is kept in memory until the next write: anyone can repeat it at
+// will, and it must not cost a file write each time.
+func (r *Record) reject(clientID string, now time.Time) {
+	r.RejectedClientID, r.RejectedAt = clientID, &now
+	r.Rejections++
 }
 
 // expired reports whether r waits for approval but stopped asking.
@@ -381,6 +417,25 @@ func (s *Store) Approve(idOrCode string, now time.Time) (Record, error) {
 		if before.Code != "" {
 			s.codes[before.Code] = id
 		}
+		return Record{}, err
+	}
+	return *r, nil
+}
+
+// Reset binds a board's credentials to clientID ("": to the Client-Id of
+// its next OTA call) and forgets the rejected calls: what an operator does
+// for a board whose flash was erased. The board stays approved.
+func (s *Store) Reset(id, clientID string) (Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.devices[id]
+	if !ok {
+		return Record{}, ErrUnknownDevice
+	}
+	before := *r
+	r.ClientID, r.RejectedClientID, r.RejectedAt, r.Rejections = clientID, "", nil, 0
+	if err := s.saveLocked(); err != nil {
+		*r = before
 		return Record{}, err
 	}
 	return *r, nil
