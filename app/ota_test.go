@@ -475,9 +475,9 @@ func TestOTACredentialsBoundToClientID(t *testing.T) {
 
 	// The operator decides the other Client-Id is the board's (its flash
 	// was erased) and resets the binding to it.
-	code, body := postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "", `{"client_id":"`+other+`"}`)
+	code, _ := postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "", `{"client_id":"`+other+`"}`)
 	assert.Equal(t, http.StatusUnauthorized, code, "behind the control API's authentication")
-	code, body = postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "ops", `{"client_id":"`+other+`"}`)
+	code, body := postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "ops", `{"client_id":"`+other+`"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	res2, err := impostor.CheckOTA(ctx, simulator.OTAConfig{URL: a.OTAURL()})
 	require.NoError(t, err)
