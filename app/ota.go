@@ -27,7 +27,11 @@ type OTAConfig struct {
 
 func defaultOTAConfig() OTAConfig {
 	return OTAConfig{Enabled: true, Config: ota.Config{Path: ota.DefaultPath, MQTTKeepAlive: ota.DefaultMQTTKeepAlive,
-		MaxBodyBytes: ota.DefaultMaxBodyBytes}}
+		MaxBodyBytes: ota.DefaultMaxBodyBytes,
+		MaxPending: ota.DefaultMaxPending, PendingTTL: ota.DefaultPendingTTL, MaxDevices: ota.DefaultMaxDevices,
+		RequestsPerSecond: ota.DefaultRequestsPerSecond, RequestBurst: ota.DefaultRequestBurst, MaxAddresses: ota.DefaultMaxAddresses,
+		CodeDigits: ota.DefaultCodeDigits, CodeGuessesPerHour: ota.DefaultCodeGuessesPerHour,
+		CodeGuessesPerCallerPerHour: ota.DefaultCodeGuessesPerCallerPerHour}}
 }
 
 func (c OTAConfig) validate() error {
@@ -86,7 +90,11 @@ func registerOTAFlags(fs *flag.FlagSet, c *OTAConfig, t *TLSConfig) {
 	fs.StringVar(&c.Balance, "ota-balance", c.Balance, "with --nats: least_loaded sends each booting board to the live node with the fewest boards (default: the node it asked)")
 	fs.Var(stringList{&c.Allow}, "ota-allow", "admit only this board MAC without approval (repeatable)")
 	fs.BoolVar(&c.Approval, "ota-approval", c.Approval, "unknown boards show an activation code and wait for POST /api/ota/devices/{id|code}/approve")
-	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports (implied by --ota-allow and --ota-approval)")
+	fs.BoolVar(&c.RequireCredentials, "require-device-credentials", c.RequireCredentials, "refuse boards without issued or static credentials on both transports, and bind issued ones to the board's first Client-Id (implied by --ota-allow and --ota-approval)")
+	fs.IntVar(&c.MaxPending, "ota-max-pending", c.MaxPending, "most boards waiting for approval at once; past it new ones are answered 503 and retry (ota.max_pending)")
+	fs.DurationVar(&c.PendingTTL, "ota-pending-ttl", c.PendingTTL, "forget a board waiting for approval that stopped asking for this long (ota.pending_ttl)")
+	fs.Float64Var(&c.RequestsPerSecond, "ota-rate", c.RequestsPerSecond, "OTA requests per second per source address, after --ota-burst; past it 429 (ota.requests_per_second)")
+	fs.IntVar(&c.RequestBurst, "ota-burst", c.RequestBurst, "OTA requests one source address may make at once: raise it when many boards share one NAT or proxy (ota.request_burst)")
 	fs.StringVar(&t.Device.CertFile, "device-tls-cert", t.Device.CertFile, "PEM certificate: the device listener serves https/wss")
 	fs.StringVar(&t.Device.KeyFile, "device-tls-key", t.Device.KeyFile, "PEM key of --device-tls-cert")
 	fs.StringVar(&t.Control.CertFile, "control-tls-cert", t.Control.CertFile, "PEM certificate: the control listener serves https")

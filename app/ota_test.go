@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -235,9 +237,11 @@ func TestOTAApprovalAndRestart(t *testing.T) {
 	defer cancelDown()
 	require.NoError(t, a.Shutdown(ctxDown))
 
-	// Restart: the approval and the secret survive.
+	// Restart: the approval, the secret and the board's Client-Id binding
+	// survive; the same board (the same UUID in its NVS) boots again.
 	a2 := startOTABridge(t, mutate)
-	b2 := newBoard(t, "02:00:09:00:00:07", "breadboard")
+	b2, err := simulator.NewBoard(simulator.Config{MAC: "02:00:09:00:00:07", ClientID: b.ClientID(), Profile: loadProfile(t, "breadboard")})
+	require.NoError(t, err)
 	res, conn := bootOTA(t, b2, simulator.OTAConfig{URL: a2.OTAURL()})
 	assert.Zero(t, res.Activations, "approved before the restart")
 	assert.Equal(t, got.res.MQTT.Password, res.MQTT.Password, "same issued credentials")
@@ -359,4 +363,192 @@ func TestSimulatedBoardsWithRequiredCredentials(t *testing.T) {
 	})
 	d := apiOf(t, a.App).waitReady("02:00:00:00:00:01")
 	assert.Equal(t, "websocket", d.Transport)
+}
+
+// postJSON POSTs body to url with a bearer token and returns the status
+// and the answer.
+func postJSON(t *testing.T, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// otaBody is a board's OTA request body, as the simulator builds it.
+func otaBody(t *testing.T, mac string) string {
+	t.Helper()
+	return newBoard(t, mac, "breadboard").SystemInfoJSON()
+}
+
+// TestOTAFloodFromOneAddress: a flood of unauthenticated OTA POSTs from
+// one address, each claiming a new MAC, is answered 429 once the address's
+// burst is spent, so the pending list grows by at most that much. Before
+// the fix all of them became pending boards.
+func TestOTAFloodFromOneAddress(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) { c.OTA.Approval = true; c.OTA.DataDir = "" })
+	body := otaBody(t, "02:00:0b:00:00:01")
+	const flood = 400
+	counts := map[int]int{}
+	for i := range flood {
+		mac := fmt.Sprintf("02:00:0b:00:%02x:%02x", i>>8, i&0xff)
+		req, err := http.NewRequest(http.MethodPost, a.OTAURL(), strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Device-Id", mac)
+		req.Header.Set("Client-Id", fmt.Sprintf("1f0a0b0c-0000-4000-8000-%012d", i))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		counts[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+		}
+	}
+	// The default burst is 100 at 10 a second: letting every request of
+	// the flood through would take the loop half a minute.
+	assert.GreaterOrEqual(t, counts[http.StatusOK], ota.DefaultRequestBurst)
+	assert.Less(t, counts[http.StatusOK], flood, "the flood is limited")
+	assert.Equal(t, flood, counts[http.StatusOK]+counts[http.StatusTooManyRequests], counts)
+	var list struct{ Devices []ota.DeviceView }
+	require.Equal(t, http.StatusOK, getWithToken(t, "http://"+a.ControlAddr().String()+"/api/ota/devices", "", &list))
+	assert.Len(t, list.Devices, counts[http.StatusOK], "only the answered boards wait")
+}
+
+// TestOTACredentialsBoundToClientID: with credentials required, they are
+// bound to the Client-Id the board first registered with. A board with
+// the same MAC and another Client-Id gets no credentials from OTA, cannot
+// use the owner's over MQTT or WebSocket, and is shown to the operator
+// and logged, until the operator resets the binding. Before the fix the
+// OTA answer handed it the owner's credentials.
+func TestOTACredentialsBoundToClientID(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, func(c *Config) { c.OTA.RequireCredentials = true; c.Control.Tokens = []string{"ops"} })
+	const mac, other = "02:00:09:00:00:11", "0badbadb-0000-4000-8000-000000000011"
+	owner := newBoard(t, mac, "breadboard")
+	res, _ := bootOTA(t, owner, simulator.OTAConfig{URL: a.OTAURL()})
+	require.Equal(t, "mqtt", res.Transport)
+	require.Eventually(t, func() bool { return hubReady(a.App, mac) }, mqttWait, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	impostor, err := simulator.NewBoard(simulator.Config{MAC: mac, ClientID: other, Profile: loadProfile(t, "breadboard")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = impostor.Close() })
+	_, err = impostor.CheckOTA(ctx, simulator.OTAConfig{URL: a.OTAURL()})
+	require.ErrorIs(t, err, simulator.ErrOTAStatus, "no credentials for another Client-Id")
+	assert.ErrorContains(t, err, "409")
+
+	// Nor over the transports with the owner's credentials.
+	broker := "tcp://" + a.MQTTAddr().String()
+	_, err = impostor.ConnectMQTT(ctx, simulator.MQTTConfig{Endpoint: broker, ClientID: "GID_devicebridge@@@02_00_09_00_00_11@@@" + other,
+		Username: res.MQTT.Username, Password: res.MQTT.Password})
+	require.ErrorIs(t, err, simulator.ErrMQTTRefused)
+	wsImpostor, err := simulator.NewBoard(simulator.Config{MAC: mac, ClientID: other, Profile: loadProfile(t, "breadboard"),
+		Token: a.OTA().Credentials().WebSocketToken(mac)})
+	require.NoError(t, err)
+	err = wsImpostor.ConnectWebSocket(ctx, a.DeviceURL())
+	var he *simulator.HandshakeError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, http.StatusUnauthorized, he.StatusCode)
+	assert.True(t, hubReady(a.App, mac), "the owner is undisturbed")
+
+	control := "http://" + a.ControlAddr().String()
+	var list struct {
+		Devices []struct {
+			DeviceID         string `json:"device_id"`
+			ClientID         string `json:"client_id"`
+			RejectedClientID string `json:"rejected_client_id"`
+		}
+	}
+	require.Equal(t, http.StatusOK, getWithToken(t, control+"/api/ota/devices", "ops", &list))
+	require.Len(t, list.Devices, 1)
+	assert.Equal(t, owner.ClientID(), list.Devices[0].ClientID)
+	assert.Equal(t, other, list.Devices[0].RejectedClientID, "shown to the operator")
+	assert.NotZero(t, a.logs.FilterMessageSnippet("bound to another Client-Id").Len(), "and logged")
+
+	// The operator decides the other Client-Id is the board's (its flash
+	// was erased) and resets the binding to it.
+	code, _ := postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "", `{"client_id":"`+other+`"}`)
+	assert.Equal(t, http.StatusUnauthorized, code, "behind the control API's authentication")
+	code, body := postJSON(t, control+"/api/ota/devices/"+mac+"/reset", "ops", `{"client_id":"`+other+`"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	res2, err := impostor.CheckOTA(ctx, simulator.OTAConfig{URL: a.OTAURL()})
+	require.NoError(t, err)
+	assert.Equal(t, res.MQTT.Password, res2.MQTT.Password, "credentials are the MAC's; the binding decides who gets them")
+	_, err = owner.CheckOTA(ctx, simulator.OTAConfig{URL: a.OTAURL()})
+	assert.ErrorIs(t, err, simulator.ErrOTAStatus, "now the old Client-Id is the other one")
+}
+
+// TestOTAOpenModeRefusesAnotherBoardsCredentials: with admission off (the
+// default) a board without credentials is admitted as before, but a board
+// presenting credentials the bridge issued to another board is refused,
+// over MQTT and WebSocket. Before the fix it was admitted.
+func TestOTAOpenModeRefusesAnotherBoardsCredentials(t *testing.T) {
+	leakCheck(t)
+	a := startOTABridge(t, nil)
+	const macA, macB = "02:00:09:00:00:21", "02:00:09:00:00:22"
+	res, _ := bootOTA(t, newBoard(t, macA, "breadboard"), simulator.OTAConfig{URL: a.OTAURL()})
+	require.Equal(t, "mqtt", res.Transport)
+
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	broker := "tcp://" + a.MQTTAddr().String()
+	b := newBoard(t, macB, "breadboard")
+	t.Cleanup(func() { _ = b.Close() })
+	_, err := b.ConnectMQTT(ctx, simulator.MQTTConfig{Endpoint: broker, Username: res.MQTT.Username, Password: res.MQTT.Password})
+	require.ErrorIs(t, err, simulator.ErrMQTTRefused, "A's login, presented by B")
+
+	wsB, err := simulator.NewBoard(simulator.Config{MAC: macB, Profile: loadProfile(t, "breadboard"), Token: a.OTA().Credentials().WebSocketToken(macA)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wsB.Close() })
+	err = wsB.ConnectWebSocket(ctx, a.DeviceURL())
+	var he *simulator.HandshakeError
+	require.ErrorAs(t, err, &he, "A's token, presented by B")
+	assert.Equal(t, http.StatusUnauthorized, he.StatusCode)
+	assert.NotZero(t, a.logs.FilterMessageSnippet("issued to another board").Len())
+
+	// Without credentials, B is admitted: open mode is still open.
+	connectMQTT(t, a.App, newBoard(t, macB, "breadboard"), simulator.MQTTConfig{})
+	apiOf(t, a.App).waitReady(macB)
+}
+
+// TestOTABoundsConfig: the OTA bounds have their defaults spelled out in
+// the shipped file, take flags, and a bad value stops the start with the
+// key and what is allowed.
+func TestOTABoundsConfig(t *testing.T) {
+	shipped, err := ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})
+	require.NoError(t, err)
+	bounds := func(c ota.Config) []any {
+		return []any{c.MaxPending, c.PendingTTL, c.MaxDevices, c.RequestsPerSecond, c.RequestBurst, c.MaxAddresses,
+			c.CodeDigits, c.CodeGuessesPerHour, c.CodeGuessesPerCallerPerHour}
+	}
+	assert.Equal(t, bounds(ota.Config{}.WithDefaults()), bounds(shipped.OTA.Config), "the shipped file spells out the defaults")
+	assert.Equal(t, bounds(ota.Config{}.WithDefaults()), bounds(Default().OTA.Config))
+
+	cfg, err := ParseArgs("bridge", []string{"--ota-max-pending", "50", "--ota-pending-ttl", "10m", "--ota-rate", "2.5", "--ota-burst", "500"})
+	require.NoError(t, err)
+	assert.Equal(t, 50, cfg.OTA.MaxPending)
+	assert.Equal(t, 10*time.Minute, cfg.OTA.PendingTTL)
+	assert.InDelta(t, 2.5, cfg.OTA.RequestsPerSecond, 0)
+	assert.Equal(t, 500, cfg.OTA.RequestBurst)
+
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	for yaml, want := range map[string]string{
+		"ota:\n  max_pending: -1\n":         "ota.max_pending -1: use a positive number, or 0 for the default (1000)",
+		"ota:\n  pending_ttl: 5s\n":         "ota.pending_ttl 5s: use 1m0s or more",
+		"ota:\n  code_digits: 12\n":         "ota.code_digits 12: use 6 to 10",
+		"ota:\n  max_pending: 100000\n":     "ota.code_digits 6 with ota.max_pending 100000",
+		"ota:\n  requests_per_second: -1\n": "ota.requests_per_second -1",
+	} {
+		require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+		_, err := ParseArgs("bridge", []string{"--config", path})
+		assert.ErrorContains(t, err, want, yaml)
+	}
 }

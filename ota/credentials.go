@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"strings"
 
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -47,9 +49,44 @@ func (c *Credentials) derive(purpose string, parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// tokenPrefix starts every WebSocket token the bridge issues; the board's
+// MAC digits follow, then the HMAC: "dbw1.<12 hex>.<43 base64url>". The
+// MAC in the clear is what makes a token recognisably one the bridge
+// issued to a given board, so that another board presenting it is refused
+// even where tokens are optional. The MAC is no secret: boards send it in
+// every request.
+const tokenPrefix = "dbw1."
+
 // WebSocketToken is the token a board presents as "Bearer <token>".
 func (c *Credentials) WebSocketToken(deviceID string) string {
+	digits, ok := device.MACDigits(deviceID)
+	if !ok {
+		// Only MACs are issued tokens; keep the old, anonymous form for
+		// anything else rather than invent a name.
+		return c.legacyWebSocketToken(deviceID)
+	}
+	return tokenPrefix + digits + "." + c.derive("devicebridge/websocket-token/v2", deviceID)
+}
+
+// legacyWebSocketToken is the token issued before tokens named their
+// board. Boards keep a token in NVS until their next boot, so it is still
+// accepted for its own board.
+func (c *Credentials) legacyWebSocketToken(deviceID string) string {
 	return c.derive("devicebridge/websocket-token", deviceID)
+}
+
+// WebSocketTokenOwner reports the board a token was issued to, when it is
+// one the bridge issued (its HMAC checks out for the MAC it names).
+func (c *Credentials) WebSocketTokenOwner(token string) (deviceID string, ok bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok || len(rest) < 13 || rest[12] != '.' {
+		return "", false
+	}
+	if _, ok := device.MACDigits(rest[:12]); !ok {
+		return "", false
+	}
+	id := device.NormalizeID(rest[:12])
+	return id, equal(token, c.WebSocketToken(id))
 }
 
 // MQTTLogin is what a board presents to the broker.
@@ -74,15 +111,31 @@ func (c *Credentials) mqttPassword(deviceID, username string) string {
 	return c.derive("devicebridge/mqtt-password", deviceID, username)
 }
 
-// VerifyWebSocketToken reports whether token is the one issued to deviceID.
+// VerifyWebSocketToken reports whether token is the one issued to
+// deviceID, in the current form or the one before it.
 func (c *Credentials) VerifyWebSocketToken(deviceID, token string) bool {
-	return equal(token, c.WebSocketToken(deviceID))
+	return equal(token, c.WebSocketToken(deviceID)) || equal(token, c.legacyWebSocketToken(deviceID))
 }
 
 // VerifyMQTT reports whether username and password are the ones issued to
 // deviceID (the board the client id names).
 func (c *Credentials) VerifyMQTT(deviceID, username, password string) bool {
 	return equal(password, c.mqttPassword(deviceID, username))
+}
+
+// MQTTOwner reports the board an MQTT login was issued to, when it is one
+// the bridge issued: the username names the board ("db_<mac>") and the
+// password is the one derived for both.
+func (c *Credentials) MQTTOwner(username, password string) (deviceID string, ok bool) {
+	key, ok := strings.CutPrefix(username, "db_")
+	if !ok {
+		return "", false
+	}
+	if _, ok := device.MACDigits(key); !ok {
+		return "", false
+	}
+	id := device.NormalizeID(key)
+	return id, username == c.MQTT(id, "").Username && c.VerifyMQTT(id, username, password)
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

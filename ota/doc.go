@@ -21,5 +21,22 @@
 // device identity (Credentials), so nothing per board has to be stored to
 // verify them: the WebSocket listener and the embedded broker ask the
 // Server (through small interfaces of their own) whether what a board
-// presents is what it was issued.
+// presents is what it was issued. A WebSocket token names its board in the
+// clear ("dbw1.<mac>.<hmac>"), as the MQTT username does, so that a board
+// presenting another board's credentials is refused even where credentials
+// are optional.
+//
+// Before admission a board is anyone who can reach the device listener and
+// claims a MAC, so everything it can make the bridge hold is bounded:
+// requests per source address (internal/keyrate), boards waiting for
+// approval (a cap, and an expiry for boards that stopped asking), boards
+// recorded, and wrong activation codes on the approve route. The bounds
+// apply to the stored state when it is loaded too.
+//
+// The protocol gives a board no secret before its first OTA call. Where
+// credentials are required, the OTA call binds them to the Client-Id (the
+// UUID in the board's NVS) the board first registers with: trust on first
+// use. Another Client-Id for the same MAC gets no credentials, and the
+// transports refuse the credentials with it, until an operator resets the
+// binding (a board whose flash was erased has a new UUID).
 package ota

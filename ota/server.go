@@ -1,21 +1,27 @@
 package ota
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/keyrate"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -81,7 +87,57 @@ type Config struct {
 	// least_loaded (the live node with the fewest boards, through the
 	// Placement the bridge sets).
 	Balance string `yaml:"balance"`
+
+	// What follows bounds what anyone who can reach the device listener
+	// can make the bridge hold or do: before admission a board is just an
+	// HTTP client that claims a MAC. Zero means the default.
+
+	// MaxPending bounds boards waiting for approval (default 1000); past
+	// it a new board is answered 503 and retries later.
+	MaxPending int `yaml:"max_pending"`
+	// PendingTTL is how long a pending board that stopped asking is kept
+	// (default 1h); a waiting board asks every half minute or so.
+	PendingTTL time.Duration `yaml:"pending_ttl"`
+	// MaxDevices bounds the boards recorded (default 50,000); past it a
+	// new board is answered 503 where credentials are required, and
+	// answered but not recorded otherwise.
+	MaxDevices int `yaml:"max_devices"`
+	// RequestsPerSecond and RequestBurst limit OTA requests (boot calls,
+	// activation polls, the status page) per source address (an IPv6
+	// /64); past them the answer is 429. Defaults 10 and 100.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	RequestBurst      int     `yaml:"request_burst"`
+	// MaxAddresses bounds the source addresses tracked for that limit
+	// (default 16384); past it new addresses share one allowance.
+	MaxAddresses int `yaml:"max_addresses"`
+	// CodeDigits is the length of activation codes (6 to 10, default 6).
+	CodeDigits int `yaml:"code_digits"`
+	// CodeGuessesPerHour bounds wrong codes on the approve route, for all
+	// callers together (default 60), and CodeGuessesPerCallerPerHour for
+	// each caller address (default 20). Past them approval by code is
+	// answered 429; approval by MAC still works.
+	CodeGuessesPerHour          int `yaml:"code_guesses_per_hour"`
+	CodeGuessesPerCallerPerHour int `yaml:"code_guesses_per_caller_per_hour"`
 }
+
+// Defaults of the bounds in Config; the store's are DefaultMaxPending,
+// DefaultPendingTTL, DefaultMaxDevices and DefaultCodeDigits.
+const (
+	// DefaultRequestsPerSecond and DefaultRequestBurst let a site of a
+	// hundred boards behind one NAT boot together, and a flood from one
+	// address cost at most ten requests a second.
+	DefaultRequestsPerSecond = 10
+	DefaultRequestBurst      = 100
+	DefaultMaxAddresses      = 16384
+	// With 6 digits and a full pending list, DefaultCodeGuessesPerHour
+	// makes a guess hit some waiting board's code after about 17 hours on
+	// average, and walking the whole code space take two years.
+	DefaultCodeGuessesPerHour          = 60
+	DefaultCodeGuessesPerCallerPerHour = 20
+	minCodeDigits, maxCodeDigits       = 6, 10
+	// minPendingTTL: a waiting board asks again within a minute.
+	minPendingTTL = time.Minute
+)
 
 // BalanceLeastLoaded sends each board to the live node with the fewest
 // boards (Config.Balance).
@@ -116,7 +172,28 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	lim := c.limits().withDefaults()
+	c.MaxPending, c.MaxDevices, c.PendingTTL, c.CodeDigits = lim.MaxPending, lim.MaxDevices, lim.PendingTTL, lim.CodeDigits
+	if c.RequestsPerSecond <= 0 {
+		c.RequestsPerSecond = DefaultRequestsPerSecond
+	}
+	if c.RequestBurst <= 0 {
+		c.RequestBurst = DefaultRequestBurst
+	}
+	if c.MaxAddresses <= 0 {
+		c.MaxAddresses = DefaultMaxAddresses
+	}
+	if c.CodeGuessesPerHour <= 0 {
+		c.CodeGuessesPerHour = DefaultCodeGuessesPerHour
+	}
+	if c.CodeGuessesPerCallerPerHour <= 0 {
+		c.CodeGuessesPerCallerPerHour = DefaultCodeGuessesPerCallerPerHour
+	}
 	return c
+}
+
+func (c Config) limits() Limits {
+	return Limits{MaxPending: c.MaxPending, MaxDevices: c.MaxDevices, PendingTTL: c.PendingTTL, CodeDigits: c.CodeDigits}
 }
 
 // Validate reports settings that could never produce an answer a board
@@ -161,6 +238,49 @@ func (c Config) Validate() error {
 	}
 	if len(c.ActivationMessage) > 200 {
 		errs = append(errs, errors.New("ota.activation_message: at most 200 bytes"))
+	}
+	return errors.Join(append(errs, c.validateBounds())...)
+}
+
+// validateBounds checks the bounds one by one, then together, as they
+// will be once defaults are filled in.
+func (c Config) validateBounds() error {
+	var errs []error
+	d := c.WithDefaults()
+	for _, f := range []struct {
+		key      string
+		v, deflt float64
+	}{
+		{"max_pending", float64(c.MaxPending), DefaultMaxPending},
+		{"max_devices", float64(c.MaxDevices), DefaultMaxDevices},
+		{"requests_per_second", c.RequestsPerSecond, DefaultRequestsPerSecond},
+		{"request_burst", float64(c.RequestBurst), DefaultRequestBurst},
+		{"max_addresses", float64(c.MaxAddresses), DefaultMaxAddresses},
+		{"code_guesses_per_hour", float64(c.CodeGuessesPerHour), DefaultCodeGuessesPerHour},
+		{"code_guesses_per_caller_per_hour", float64(c.CodeGuessesPerCallerPerHour), DefaultCodeGuessesPerCallerPerHour},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("ota.%s %v: use a positive number, or 0 for the default (%v)", f.key, f.v, f.deflt))
+		}
+	}
+	if c.PendingTTL < 0 || c.PendingTTL > 0 && c.PendingTTL < minPendingTTL {
+		errs = append(errs, fmt.Errorf("ota.pending_ttl %v: use %v or more (a waiting board asks again within a minute), or 0 for the default (%v)",
+			c.PendingTTL, minPendingTTL, DefaultPendingTTL))
+	}
+	if c.CodeDigits != 0 && (c.CodeDigits < minCodeDigits || c.CodeDigits > maxCodeDigits) {
+		errs = append(errs, fmt.Errorf("ota.code_digits %d: use %d to %d (boards read the code aloud), or 0 for the default (%d)",
+			c.CodeDigits, minCodeDigits, maxCodeDigits, DefaultCodeDigits))
+	}
+	if errs != nil {
+		return errors.Join(errs...)
+	}
+	if space := math.Pow10(d.CodeDigits); space < 1000*float64(d.MaxPending) {
+		errs = append(errs, fmt.Errorf("ota.code_digits %d with ota.max_pending %d: a guessed code would name a waiting board more than once in 1000 tries; "+
+			"use at least %d digits or at most %d pending boards", d.CodeDigits, d.MaxPending,
+			int(math.Ceil(math.Log10(1000*float64(d.MaxPending)))), int(space/1000)))
+	}
+	if d.MaxDevices < d.MaxPending {
+		errs = append(errs, fmt.Errorf("ota.max_devices %d is less than ota.max_pending %d: pending boards are records too", d.MaxDevices, d.MaxPending))
 	}
 	return errors.Join(errs...)
 }
@@ -212,6 +332,12 @@ type Server struct {
 	override map[string]string
 	now      func() time.Time
 	place    atomic.Pointer[Placement]
+
+	// perAddress limits OTA requests per source address; callerGuesses
+	// and allGuesses limit wrong activation codes per caller and in all.
+	perAddress, callerGuesses, allGuesses *keyrate.Set
+	// One throttle per warning an outsider can repeat at will.
+	warnLimited, warnFull, warnConflict, warnForeign, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
 }
 
 // New opens the store and the secret. network is called on every request.
@@ -223,9 +349,13 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	store, err := OpenStore(cfg.DataDir)
+	store, dropped, err := OpenStore(cfg.DataDir, cfg.limits(), time.Now())
 	if err != nil {
 		return nil, err
+	}
+	if dropped > 0 {
+		logger.Warn("ota: boards left out of the stored state: pending ones that stopped asking, or past ota.max_pending / ota.max_devices",
+			zap.Int("left_out", dropped), zap.Int("max_pending", cfg.MaxPending), zap.Int("max_devices", cfg.MaxDevices))
 	}
 	var secret []byte
 	switch {
@@ -244,8 +374,15 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	const hour = float64(time.Hour / time.Second)
 	s := &Server{cfg: cfg, network: network, store: store, creds: creds, log: logger,
-		allow: map[string]bool{}, override: map[string]string{}, now: time.Now}
+		allow: map[string]bool{}, override: map[string]string{}, now: time.Now,
+		perAddress: keyrate.New(cfg.RequestsPerSecond, cfg.RequestBurst, cfg.MaxAddresses),
+		// A burst of a sixth of the hourly allowance: an operator's typos
+		// pass, a script's loop does not.
+		callerGuesses: keyrate.New(float64(cfg.CodeGuessesPerCallerPerHour)/hour, max(1, cfg.CodeGuessesPerCallerPerHour/6), cfg.MaxAddresses),
+		allGuesses:    keyrate.New(float64(cfg.CodeGuessesPerHour)/hour, max(1, cfg.CodeGuessesPerHour/6), 1),
+	}
 	for _, m := range cfg.Allow {
 		s.allow[device.NormalizeID(m)] = true
 	}
@@ -342,18 +479,62 @@ func (s *Server) Admitted(deviceID string) bool {
 	return len(s.allow) == 0
 }
 
-// VerifyWebSocketToken is the WebSocket listener's check: the token issued
-// to this board, and the board still admitted.
-func (s *Server) VerifyWebSocketToken(deviceID, token string) bool {
+// CheckWebSocketToken is the WebSocket listener's check of a board's
+// token: issued when it is the token issued to this board, the board is
+// still admitted and, where credentials are required, it presents the
+// Client-Id its credentials are bound to; foreign when it is recognisably
+// a token the bridge issued to another board, which the listener refuses
+// even where tokens are optional.
+func (s *Server) CheckWebSocketToken(deviceID, clientID, token string) (issued, foreign bool) {
 	id := device.NormalizeID(deviceID)
-	return s.creds.VerifyWebSocketToken(id, token) && s.Admitted(id)
+	if owner, ok := s.creds.WebSocketTokenOwner(token); ok && owner != id {
+		s.refuseForeign(id, owner, "websocket")
+		return false, true
+	}
+	if !s.creds.VerifyWebSocketToken(id, token) {
+		return false, false
+	}
+	return s.Admitted(id) && s.boundTo(id, clientID, "websocket"), false
 }
 
-// VerifyMQTT is the embedded broker's check, for the board its client id
-// names.
-func (s *Server) VerifyMQTT(deviceID, username, password string) bool {
+// CheckMQTT is the embedded broker's check of a board's login, for the
+// board its client id names (deviceID, and clientID, the UUID part): as
+// CheckWebSocketToken.
+func (s *Server) CheckMQTT(deviceID, clientID, username, password string) (issued, foreign bool) {
 	id := device.NormalizeID(deviceID)
-	return s.creds.VerifyMQTT(id, username, password) && s.Admitted(id)
+	if owner, ok := s.creds.MQTTOwner(username, password); ok && owner != id {
+		s.refuseForeign(id, owner, "mqtt")
+		return false, true
+	}
+	if !s.creds.VerifyMQTT(id, username, password) {
+		return false, false
+	}
+	return s.Admitted(id) && s.boundTo(id, clientID, "mqtt"), false
+}
+
+func (s *Server) refuseForeign(id, owner, transport string) {
+	s.warnForeign.Warn(s.log, "refused a board presenting credentials the bridge issued to another board",
+		zap.String("device_id", id), zap.String("issued_to", owner), zap.String("transport", transport))
+}
+
+// boundTo reports whether clientID may use the credentials issued to id.
+// Where credentials are required, the board's record names the Client-Id
+// they are bound to (trust on first use, at the OTA call); any other is
+// refused, and recorded for the operator. A node that holds no record of
+// the board (another node of a fleet answered its OTA call) has no binding
+// to check and trusts the credentials alone.
+func (s *Server) boundTo(id, clientID, transport string) bool {
+	if !s.RequireCredentials() {
+		return true
+	}
+	r, ok := s.store.Get(id)
+	if !ok || r.ClientID != "" && r.ClientID == clientID {
+		return true
+	}
+	s.store.Reject(id, clientID, s.now())
+	s.warnConflict.Warn(s.log, "refused a board: its credentials are bound to another Client-Id (reset with POST /api/ota/devices/{mac}/reset if its flash was erased)",
+		zap.String("device_id", id), zap.String("client_id", clientID), zap.String("transport", transport))
+	return false
 }
 
 // Register mounts the OTA and activation paths on the device mux.
@@ -367,11 +548,35 @@ func (s *Server) Register(mux *http.ServeMux) {
 func (s *Server) RegisterControl(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
 	mux.Handle("GET /api/ota/devices", auth(http.HandlerFunc(s.listDevices)))
 	mux.Handle("POST /api/ota/devices/{id}/approve", auth(http.HandlerFunc(s.approve)))
+	mux.Handle("POST /api/ota/devices/{id}/reset", auth(http.HandlerFunc(s.reset)))
+}
+
+// limited answers 429 when the request's source address has used up its
+// allowance of OTA requests. A board retries a non-200 answer after 10 s,
+// 20 s, 40 s...; Retry-After is for other clients.
+func (s *Server) limited(w http.ResponseWriter, r *http.Request) bool {
+	ok, wait := s.perAddress.Allow(keyrate.AddrKey(r.RemoteAddr), s.now())
+	if ok {
+		return false
+	}
+	s.warnLimited.Warn(s.log, "refused OTA requests: too many from one address (ota.requests_per_second, ota.request_burst)",
+		zap.String("remote", r.RemoteAddr))
+	w.Header().Set("Retry-After", retryAfter(wait))
+	http.Error(w, "too many OTA requests from this address; retry later", http.StatusTooManyRequests)
+	return true
+}
+
+// retryAfter is a Retry-After value: whole seconds, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
 func (s *Server) serveOTA(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != s.cfg.Path {
 		http.NotFound(w, r)
+		return
+	}
+	if s.limited(w, r) {
 		return
 	}
 	switch r.Method {
@@ -388,16 +593,8 @@ func (s *Server) serveOTA(w http.ResponseWriter, r *http.Request) {
 // status is the page a person sees when opening the OTA URL in a browser.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	n := s.network()
-	var pending, approved int
-	records := s.store.List()
-	for _, rec := range records {
-		if rec.Pending() {
-			pending++
-		}
-		if rec.Approved {
-			approved++
-		}
-	}
+	c := s.store.Counts(s.now())
+	approved, pending := c.Approved, c.Pending
 	admission := "open (every board is admitted)"
 	switch {
 	case s.cfg.Approval:
@@ -419,7 +616,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "websocket url: %s\n", s.websocketURL(r, n))
 	fmt.Fprintf(w, "admission: %s\n", admission)
-	fmt.Fprintf(w, "boards seen: %d\n", len(records))
+	fmt.Fprintf(w, "boards seen: %d\n", c.Devices)
 }
 
 func (s *Server) selfURL(r *http.Request, n Network) string {
@@ -433,23 +630,34 @@ func (s *Server) selfURL(r *http.Request, n Network) string {
 func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	req, err := ParseRequest(r, s.cfg.MaxBodyBytes)
 	if err != nil {
-		s.log.Info("refused OTA request", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		s.infoBadRequest.Info(s.log, "refused OTA request", zap.String("remote", r.RemoteAddr), zap.Error(err))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	log := s.log.With(zap.String("device_id", req.DeviceID), zap.String("remote", r.RemoteAddr))
+	// Where credentials are required they are bound to the Client-Id the
+	// board first registers with: the protocol gives a board no secret
+	// before this call, and its UUID is the one thing an impostor who
+	// knows the MAC does not have by default.
+	bind := s.RequireCredentials()
+	if bind && req.ClientID == "" {
+		s.infoBadRequest.Info(s.log, "refused OTA request: no Client-Id, and credentials are bound to it", zap.String("remote", r.RemoteAddr))
+		http.Error(w, "bad OTA request: a Client-Id header is required (boards send their UUID)", http.StatusBadRequest)
+		return
+	}
 	allowed := s.allow[req.DeviceID]
 	if len(s.allow) > 0 && !allowed && !s.cfg.Approval {
-		log.Warn("refused board: not on the OTA allowlist (add it to ota.allow)")
+		s.warnAllowlist.Warn(log, "refused board: not on the OTA allowlist (add it to ota.allow)")
 		http.Error(w, "this board is not on the bridge's allowlist", http.StatusForbidden)
 		return
 	}
 	needsApproval := s.cfg.Approval && !allowed
-	rec, err := s.store.Seen(req, s.now(), needsApproval)
-	if err != nil {
-		log.Error("could not record the board", zap.Error(err))
-		http.Error(w, "the bridge could not record this board", http.StatusInternalServerError)
+	rec, err := s.store.Seen(req, s.now(), SeenPolicy{Approval: needsApproval, Bind: bind})
+	if !s.recorded(w, log, req, err) {
 		return
+	}
+	if err != nil {
+		rec = Record{DeviceID: req.DeviceID} // answered, not recorded
 	}
 	ans := Answer{ServerTime: &ServerTime{Timestamp: s.now().UnixMilli(), TimezoneOffset: s.cfg.TimezoneOffset},
 		Firmware: firmwareEcho(req.Firmware)}
@@ -506,12 +714,48 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
+// recorded turns Seen's error into the answer, and reports whether the
+// board is to be answered: refusals are answered with statuses the
+// firmware retries with growing waits (any non-200), never with a body it
+// could store. A full store in open admission still answers the board,
+// whose credentials need no record, and only leaves it unrecorded.
+func (s *Server) recorded(w http.ResponseWriter, log *zap.Logger, req Request, err error) bool {
+	lim := s.store.Limits()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrClientIDConflict):
+		s.warnConflict.Warn(log, "refused board: its credentials are bound to another Client-Id (reset with POST /api/ota/devices/{mac}/reset if its flash was erased)",
+			zap.String("client_id", req.ClientID))
+		http.Error(w, "this board's MAC is registered with another Client-Id; an operator must reset it on the bridge", http.StatusConflict)
+	case errors.Is(err, ErrTooManyPending):
+		s.warnFull.Warn(log, "refused board: too many boards wait for approval (ota.max_pending); approve or wait for them to expire",
+			zap.Int("max_pending", lim.MaxPending), zap.Duration("pending_ttl", lim.PendingTTL))
+		w.Header().Set("Retry-After", retryAfter(time.Minute))
+		http.Error(w, "too many boards are waiting for approval; retry later", http.StatusServiceUnavailable)
+	case errors.Is(err, ErrStoreFull) && !s.RequireCredentials() && !s.cfg.Approval:
+		s.warnFull.Warn(log, "board answered but not recorded: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
+		return true
+	case errors.Is(err, ErrStoreFull):
+		s.warnFull.Warn(log, "refused board: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
+		w.Header().Set("Retry-After", retryAfter(time.Minute))
+		http.Error(w, "the bridge records as many boards as it may; retry later", http.StatusServiceUnavailable)
+	default:
+		log.Error("could not record the board", zap.Error(err))
+		http.Error(w, "the bridge could not record this board", http.StatusInternalServerError)
+	}
+	return false
+}
+
 // serveActivate answers the board's activation polls: 202 while it waits
 // for an operator, 200 once admitted.
 func (s *Server) serveActivate(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "boards POST here while they wait for approval", http.StatusMethodNotAllowed)
+		return
+	}
+	if s.limited(w, r) {
 		return
 	}
 	// The body is {} or a serial-number HMAC over the challenge; the
@@ -613,25 +857,84 @@ type DeviceView struct {
 	Record
 	Pending  bool `json:"pending"`
 	Admitted bool `json:"admitted"`
+	// Admission says why the board is admitted or not: open (admission
+	// is off, so Approved stays false), allowlist, approved, pending or
+	// not_admitted.
+	Admission string `json:"admission"`
+	// Bound says its credentials are bound to ClientID: where credentials
+	// are required, another Client-Id for its MAC is refused (and shown
+	// in RejectedClientID) until the binding is reset.
+	Bound bool `json:"bound"`
+}
+
+func (s *Server) view(r Record) DeviceView {
+	v := DeviceView{Record: r, Pending: r.Pending(), Admitted: s.Admitted(r.DeviceID),
+		Bound: s.RequireCredentials() && r.ClientID != ""}
+	switch {
+	case s.allow[r.DeviceID]:
+		v.Admission = "allowlist"
+	case r.Approved && s.cfg.Approval:
+		v.Admission = "approved"
+	case v.Pending && s.cfg.Approval:
+		v.Admission = "pending"
+	case v.Admitted:
+		v.Admission = "open"
+	default:
+		v.Admission = "not_admitted"
+	}
+	return v
 }
 
 func (s *Server) listDevices(w http.ResponseWriter, _ *http.Request) {
-	records := s.store.List()
+	now := s.now()
+	records := s.store.List(now)
 	out := make([]DeviceView, 0, len(records))
 	for _, r := range records {
-		out = append(out, DeviceView{Record: r, Pending: r.Pending(), Admitted: s.Admitted(r.DeviceID)})
+		out = append(out, s.view(r))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approval": s.cfg.Approval, "devices": out})
+	c, lim := s.store.Counts(now), s.store.Limits()
+	writeJSON(w, http.StatusOK, map[string]any{"approval": s.cfg.Approval, "require_credentials": s.RequireCredentials(),
+		"pending": c.Pending, "max_pending": lim.MaxPending, "max_devices": lim.MaxDevices, "devices": out})
 }
 
+// approve admits a board named by its MAC, or by the activation code on
+// its screen (a code has at most 10 digits, so it never reads as a MAC).
+// Codes are a small space, so wrong ones are counted, per caller address
+// and in all, and past either allowance approval by code is refused for a
+// while; approval by MAC, which needs no guessing, stays open.
 func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	byCode := true
 	if _, ok := device.MACDigits(id); ok {
-		id = device.NormalizeID(id)
+		id, byCode = device.NormalizeID(id), false
+	}
+	var giveBack func()
+	if byCode {
+		now := s.now()
+		mine, ok, wait := s.callerGuesses.Reserve(keyrate.AddrKey(r.RemoteAddr), now)
+		if ok {
+			var all *rate.Reservation
+			if all, ok, wait = s.allGuesses.Reserve("", now); ok {
+				giveBack = func() { mine.CancelAt(now); all.CancelAt(now) }
+			} else {
+				mine.CancelAt(now)
+			}
+		}
+		if !ok {
+			s.warnGuess.Warn(s.log, "refused approval by code: too many wrong codes (ota.code_guesses_per_hour, ota.code_guesses_per_caller_per_hour)",
+				zap.String("remote", r.RemoteAddr))
+			w.Header().Set("Retry-After", retryAfter(wait))
+			writeJSON(w, http.StatusTooManyRequests, errorBody("too_many_guesses",
+				"too many wrong activation codes; retry after "+retryAfter(wait)+" s, or approve the board by its MAC"))
+			return
+		}
 	}
 	rec, err := s.store.Approve(id, s.now())
 	switch {
 	case errors.Is(err, ErrUnknownDevice):
+		if byCode {
+			s.infoWrongCode.Info(s.log, "wrong activation code", zap.String("remote", r.RemoteAddr))
+		}
 		writeJSON(w, http.StatusNotFound, errorBody("unknown_device", "no board with this MAC or activation code has called the OTA endpoint"))
 		return
 	case err != nil:
@@ -639,8 +942,49 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, errorBody("internal", "could not store the approval"))
 		return
 	}
+	if giveBack != nil {
+		giveBack() // a right code is no guess
+	}
 	s.log.Info("board approved", zap.String("device_id", rec.DeviceID))
-	writeJSON(w, http.StatusOK, DeviceView{Record: rec, Admitted: s.Admitted(rec.DeviceID)})
+	writeJSON(w, http.StatusOK, s.view(rec))
+}
+
+// reset rebinds a board's credentials: to the client_id in the body, or,
+// without one, to the Client-Id of its next OTA call. It is the way back
+// for a board whose flash was erased (a new UUID), after an operator has
+// checked that the rejected Client-Id is that board's.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, ok := device.MACDigits(id); !ok {
+		writeJSON(w, http.StatusBadRequest, errorBody("bad_request", "name the board by its MAC"))
+		return
+	}
+	id = device.NormalizeID(id)
+	var body struct {
+		ClientID string `json:"client_id"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+	if len(bytes.TrimSpace(raw)) > 0 && err == nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&body)
+	}
+	if err != nil || body.ClientID != "" && !clientIDPattern.MatchString(body.ClientID) {
+		writeJSON(w, http.StatusBadRequest, errorBody("bad_request", `the body is empty, or {"client_id": "<the board's UUID>"}`))
+		return
+	}
+	rec, err := s.store.Reset(id, body.ClientID)
+	switch {
+	case errors.Is(err, ErrUnknownDevice):
+		writeJSON(w, http.StatusNotFound, errorBody("unknown_device", "no board with this MAC has called the OTA endpoint"))
+		return
+	case err != nil:
+		s.log.Error("could not store a reset", zap.Error(err))
+		writeJSON(w, http.StatusInternalServerError, errorBody("internal", "could not store the reset"))
+		return
+	}
+	s.log.Info("board's Client-Id binding reset", zap.String("device_id", id), zap.String("bound_to", body.ClientID))
+	writeJSON(w, http.StatusOK, s.view(rec))
 }
 
 func errorBody(code, msg string) map[string]any {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,6 +47,21 @@ func newFixture(t *testing.T, cfg Config, n Network) *fixture {
 	return f
 }
 
+// clientID is the Client-Id of boardHeaders.
+const clientID = "1f0a0b0c-0000-4000-8000-000000000001"
+
+// wsOK and mqttOK are the transports' checks, for a board presenting
+// boardHeaders' Client-Id.
+func (f *fixture) wsOK(id, token string) bool {
+	ok, _ := f.srv.CheckWebSocketToken(id, clientID, token)
+	return ok
+}
+
+func (f *fixture) mqttOK(id, user, pass string) bool {
+	ok, _ := f.srv.CheckMQTT(id, clientID, user, pass)
+	return ok
+}
+
 func (f *fixture) post(t *testing.T, path string, h http.Header, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, path, strings.NewReader(body))
@@ -81,8 +97,8 @@ func TestAnswerMQTTWhenEmbeddedBrokerRuns(t *testing.T) {
 	assert.Equal(t, "devices/up/aa_bb_cc_dd_ee_ff", mq.PublishTopic)
 	assert.Equal(t, "devices/p2p/aa_bb_cc_dd_ee_ff", mq.SubscribeTopic)
 	assert.Equal(t, 240, mq.KeepAlive)
-	assert.True(t, f.srv.VerifyMQTT("aa:bb:cc:dd:ee:ff", mq.Username, mq.Password))
-	assert.False(t, f.srv.VerifyMQTT("aa:bb:cc:dd:ee:01", mq.Username, mq.Password), "another board cannot use them")
+	assert.True(t, f.mqttOK("aa:bb:cc:dd:ee:ff", mq.Username, mq.Password))
+	assert.False(t, f.mqttOK("aa:bb:cc:dd:ee:01", mq.Username, mq.Password), "another board cannot use them")
 	assert.JSONEq(t, `{"version":"2.4.2","url":""}`, string(m["firmware"]))
 	var st ServerTime
 	require.NoError(t, json.Unmarshal(m["server_time"], &st))
@@ -104,8 +120,8 @@ func TestAnswerWebSocket(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m["websocket"], &ws))
 	assert.Equal(t, "ws://127.0.0.1:8000/xiaozhi/v1/", ws.URL)
 	assert.Equal(t, 1, ws.Version)
-	assert.True(t, f.srv.VerifyWebSocketToken("aa:bb:cc:dd:ee:ff", ws.Token))
-	assert.False(t, f.srv.VerifyWebSocketToken("aa:bb:cc:dd:ee:01", ws.Token))
+	assert.True(t, f.wsOK("aa:bb:cc:dd:ee:ff", ws.Token))
+	assert.False(t, f.wsOK("aa:bb:cc:dd:ee:01", ws.Token))
 
 	// TLS listener: wss.
 	f.net.DeviceTLS = true
@@ -141,7 +157,7 @@ func TestMalformedStoresNothing(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, code, body)
 		assert.Contains(t, text, "bad OTA request", body)
 	}
-	assert.Empty(t, f.srv.Store().List())
+	assert.Empty(t, f.srv.Store().List(time.Now()))
 }
 
 func TestAllowlist(t *testing.T) {
@@ -156,7 +172,7 @@ func TestAllowlist(t *testing.T) {
 	assert.Contains(t, body, "allowlist")
 	assert.False(t, f.srv.Admitted("aa:bb:cc:dd:ee:02"))
 	tok := f.srv.Credentials().WebSocketToken("aa:bb:cc:dd:ee:02")
-	assert.False(t, f.srv.VerifyWebSocketToken("aa:bb:cc:dd:ee:02", tok), "derived credentials alone do not admit a board")
+	assert.False(t, f.wsOK("aa:bb:cc:dd:ee:02", tok), "derived credentials alone do not admit a board")
 }
 
 func TestApprovalModeAndRestart(t *testing.T) {
@@ -202,7 +218,7 @@ func TestApprovalModeAndRestart(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 	f2 := newFixture(t, cfg, embedded())
 	assert.True(t, f2.srv.Admitted("aa:bb:cc:dd:ee:ff"))
-	assert.True(t, f2.srv.VerifyMQTT("aa:bb:cc:dd:ee:ff", mq.Username, mq.Password))
+	assert.True(t, f2.mqttOK("aa:bb:cc:dd:ee:ff", mq.Username, mq.Password))
 	_, m, _ = f2.boot(t, boardHeaders())
 	assert.NotContains(t, m, "activation")
 
@@ -274,7 +290,7 @@ func TestPlacement(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m["websocket"], &ws))
 	assert.Equal(t, "ws://10.0.0.2:8000/xiaozhi/v1/", ws.URL)
 	assert.Equal(t, []string{TransportWebSocket}, asked)
-	assert.True(t, f.srv.VerifyWebSocketToken("aa:bb:cc:dd:ee:ff", ws.Token), "the token is the fleet secret's, not the node's")
+	assert.True(t, f.wsOK("aa:bb:cc:dd:ee:ff", ws.Token), "the token is the fleet secret's, not the node's")
 
 	// The pick offers no MQTT endpoint: an MQTT board stays here.
 	f.net = embedded()

@@ -12,10 +12,10 @@ import (
 
 func TestStoreWritesOnlyRealChanges(t *testing.T) {
 	dir := t.TempDir()
-	s, err := OpenStore(dir)
+	s, _, err := OpenStore(dir, Limits{}, time.Unix(100, 0))
 	require.NoError(t, err)
 	req := Request{DeviceID: "aa:bb:cc:dd:ee:ff", Board: "b", Firmware: "2.4.2"}
-	_, err = s.Seen(req, time.Unix(100, 0), false)
+	_, err = s.Seen(req, time.Unix(100, 0), SeenPolicy{})
 	require.NoError(t, err)
 	path := filepath.Join(dir, DevicesFile)
 	before, err := os.ReadFile(path)
@@ -23,7 +23,7 @@ func TestStoreWritesOnlyRealChanges(t *testing.T) {
 	// Another boot with nothing new: LastSeen moves in memory, the file
 	// stays as it was (a fleet rebooting together must not rewrite it
 	// once per board).
-	_, err = s.Seen(req, time.Unix(200, 0), false)
+	_, err = s.Seen(req, time.Unix(200, 0), SeenPolicy{})
 	require.NoError(t, err)
 	after, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -38,6 +38,6 @@ func TestStoreWritesOnlyRealChanges(t *testing.T) {
 func TestStoreRefusesCorruptFile(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, DevicesFile), []byte("{not json"), 0o600))
-	_, err := OpenStore(dir)
+	_, _, err := OpenStore(dir, Limits{}, time.Now())
 	assert.ErrorContains(t, err, "fix or remove the file")
 }

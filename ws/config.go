@@ -56,7 +56,8 @@ type Config struct {
 	MaxPendingHellos int `yaml:"max_pending_hellos"`
 	// Issued verifies per-board tokens (those the OTA endpoint hands out):
 	// a board presenting the token issued to its own Device-Id is admitted
-	// beside the static Tokens. Wired by the bridge, not a file key.
+	// beside the static Tokens, and one presenting another board's is
+	// refused. Wired by the bridge, not a file key.
 	Issued TokenVerifier `yaml:"-"`
 	// RequireToken refuses boards without a valid token even when Tokens is
 	// empty (admission is on). Wired by the bridge, not a file key.
@@ -66,7 +67,11 @@ type Config struct {
 // TokenVerifier checks a token issued to one board. Implementations must
 // compare in constant time.
 type TokenVerifier interface {
-	VerifyWebSocketToken(deviceID, token string) bool
+	// CheckWebSocketToken reports whether token is the one issued to the
+	// board (its Device-Id and Client-Id headers), and whether it is
+	// recognisably one issued to another board: that is refused even when
+	// no token is required.
+	CheckWebSocketToken(deviceID, clientID, token string) (issued, foreign bool)
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

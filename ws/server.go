@@ -123,7 +123,7 @@ func (s *Server) Stats() Stats {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	deviceID := r.Header.Get("Device-Id")
 	log := s.log.WithLazy(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
-	if !s.authorized(deviceID, r.Header.Get("Authorization")) {
+	if !s.authorized(deviceID, r.Header.Get("Client-Id"), r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
 		log.Warn("rejected device: missing or invalid token")
 		http.Error(w, "missing or invalid token", http.StatusUnauthorized)
@@ -237,20 +237,24 @@ func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
 // authorized checks the Authorization header against the configured tokens
 // and the token issued to deviceID. Boards prefix "Bearer " unless the
 // token already contains a space, in which case it is sent as is. With no
-// static tokens and no RequireToken, every board is admitted.
-func (s *Server) authorized(deviceID, header string) bool {
+// static tokens and no RequireToken, every board is admitted, except one
+// presenting a token issued to another board.
+func (s *Server) authorized(deviceID, clientID, header string) bool {
+	bearerTok, isBearer := bearer.FromHeader(header)
+	issued, foreign := false, false
+	if v := s.cfg.Issued; v != nil && isBearer && deviceID != "" {
+		issued, foreign = v.CheckWebSocketToken(deviceID, clientID, bearerTok)
+	}
+	if foreign {
+		return false
+	}
 	if s.tokens.Empty() && !s.cfg.RequireToken {
 		return true
 	}
 	// Check both forms, without short-circuiting, so the time taken does
 	// not tell them apart.
-	bearerTok, isBearer := bearer.FromHeader(header)
 	asBearer := s.tokens.Index(bearerTok)
 	asIs := s.tokens.Index(header)
-	issued := false
-	if v := s.cfg.Issued; v != nil && isBearer && deviceID != "" {
-		issued = v.VerifyWebSocketToken(deviceID, bearerTok)
-	}
 	return (isBearer && asBearer >= 0) || asIs >= 0 || issued
 }
 

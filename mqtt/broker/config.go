@@ -106,7 +106,11 @@ type Config struct {
 // CredentialVerifier checks the MQTT username and password issued to one
 // board. Implementations must compare in constant time.
 type CredentialVerifier interface {
-	VerifyMQTT(deviceID, username, password string) bool
+	// CheckMQTT reports whether the login is the one issued to the board
+	// the client id names (deviceID, and clientID, its UUID part), and
+	// whether it is recognisably one issued to another board: that is
+	// refused even where anonymous boards are admitted.
+	CheckMQTT(deviceID, clientID, username, password string) (issued, foreign bool)
 }
 
 // WithDefaults fills zero fields.

@@ -108,7 +108,7 @@ func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool
 		p := subtle.ConstantTimeCompare([]byte(pass), []byte(gw.Password))
 		return u&p == 1
 	}
-	if h.boardAuthorized(cl.ID, st.ident.DeviceID, user, pass, pk.Connect.UsernameFlag || pk.Connect.PasswordFlag) {
+	if h.boardAuthorized(cl.ID, st.ident, user, pass, pk.Connect.UsernameFlag || pk.Connect.PasswordFlag) {
 		return true
 	}
 	h.b.refusedAuth.Add(1)
@@ -118,12 +118,19 @@ func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool
 	return false
 }
 
-func (h *policy) boardAuthorized(clientID, deviceID, user, pass string, sent bool) bool {
+func (h *policy) boardAuthorized(clientID string, ident mqtt.ClientIdentity, user, pass string, sent bool) bool {
 	a := h.b.cfg.Auth
 	required := h.b.cfg.RequireCredentials
 	configured := len(a.Users) > 0 || a.HMACSecret != "" || required
 	if !sent || (user == "" && pass == "") {
 		return a.anonymous() && !required
+	}
+	issued, foreign := false, false
+	if v := h.b.cfg.Issued; v != nil {
+		issued, foreign = v.CheckMQTT(ident.DeviceID, ident.UUID, user, pass)
+	}
+	if foreign {
+		return false // another board's login, even where anonymous boards are let in
 	}
 	if !configured {
 		// Nothing to check against: boards always send whatever their OTA
@@ -139,7 +146,7 @@ func (h *policy) boardAuthorized(clientID, deviceID, user, pass string, sent boo
 		want := mqtt.HMACPassword(a.HMACSecret, clientID, user)
 		ok |= subtle.ConstantTimeCompare([]byte(pass), []byte(want))
 	}
-	if v := h.b.cfg.Issued; v != nil && v.VerifyMQTT(deviceID, user, pass) {
+	if issued {
 		ok = 1
 	}
 	return ok == 1
