@@ -37,7 +37,8 @@ import (
 type AuthConfig struct {
 	// PublicURL is the control listener's URL as clients reach it
 	// (scheme://host[:port], behind any proxy). It names the resource in
-	// OAuth metadata; default: the listener's own address.
+	// OAuth metadata, and its host is one the front door answers to;
+	// default: the listener's own address.
 	PublicURL string          `yaml:"public_url"`
 	OAuth     OAuthFileConfig `yaml:"oauth"`
 	// PolicyFile is the policy (see docs/security.md); "" means every
@@ -93,7 +94,7 @@ func (c AuthConfig) validate() error {
 func registerAuthFlags(fs *flag.FlagSet, c *AuthConfig) {
 	fs.StringVar(&c.OAuth.Issuer, "oauth-issuer", c.OAuth.Issuer, "OAuth authorization server (issuer URL) whose JWT access tokens /mcp and /api accept")
 	fs.StringVar(&c.OAuth.Audience, "oauth-audience", c.OAuth.Audience, "audience access tokens must carry (default: the public URL of /mcp)")
-	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "the control listener's URL as clients reach it, e.g. https://bridge.example (OAuth metadata)")
+	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "the control listener's URL as clients reach it, e.g. https://bridge.example (OAuth metadata; its host is answered to)")
 	fs.StringVar(&c.PolicyFile, "policy", c.PolicyFile, "policy file: which identities may see and call which boards and tools (reloaded on change and SIGHUP)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "audit log file (- for stdout): one JSON line per tool call, interaction step and refusal")
 }
