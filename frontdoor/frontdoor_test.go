@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,8 @@ func serve(t *testing.T, cfg Config) (*Mux, *httptest.Server) {
 	t.Helper()
 	m, err := NewMux(cfg)
 	require.NoError(t, err)
+	// One line per kind for the whole test, however slow the machine.
+	m.hostLog.Interval, m.originLog.Interval, m.writeLog.Interval = time.Hour, time.Hour, time.Hour
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	m.Handle("/guarded", ok)
 	m.HandleOpen("GET /open", ok)
@@ -273,6 +276,8 @@ func TestMuxMountsEveryRouteBehindTheDoor(t *testing.T) {
 		do(t, srv, request{path: "/guarded", host: "evil.example"})
 	}
 	assert.Equal(t, 1, logs.FilterMessage("control request refused: host_not_allowed").Len(), "a flood is one line per interval")
+	line := logs.FilterMessage("control request refused: host_not_allowed").All()[0].ContextMap()
+	assert.Equal(t, "evil.example", line["host"])
 	assert.Equal(t, 1, logs.FilterMessage("control request refused: origin_not_allowed").Len())
 }
 
