@@ -1,76 +1,35 @@
 package api
 
-// Access control on the control API: credentials (static tokens, named or
-// not, and OAuth access tokens through Options.Verifier), the policy's
-// view of the fleet for the caller, and the audit log. The decisions are
-// the policy package's.
+// Access control on the control API: the policy's view of the fleet for
+// the caller (whose identity the authentication step put in the request's
+// context), and the audit log. The decisions are the policy package's.
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/audit"
-	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
-// Access configures credentials beyond Options.Tokens, the policy and the
-// audit log of the control API. The zero value keeps Tokens alone.
+// Access configures the policy and the audit log of the control API.
+// Credentials are checked before a request gets here, by the
+// authentication step the app mounts the routes behind (authn.Guard); the
+// zero value allows everything and records nothing.
 type Access struct {
-	// Verifier, when set, checks bearer credentials instead of Tokens.
-	Verifier auth.TokenVerifier
-	// ResourceMetadataURL is named in 401 answers (RFC 9728).
-	ResourceMetadataURL string
 	// Policy decides which boards and tools each identity sees; nil: all.
 	Policy *policy.Gate
 	// Alias names a board as the policy's board patterns may (the alias
 	// its MCP tools are published under); nil: boards match by MAC only.
 	Alias func(deviceID string) string
-	// Audit records control calls and refusals; nil records nothing.
+	// Audit records control calls; nil records nothing.
 	Audit *audit.Log
-}
-
-func (s *Server) auth(next http.Handler) http.Handler {
-	verify := s.opts.Access.Verifier
-	if verify == nil {
-		if len(s.opts.Tokens) == 0 {
-			return next
-		}
-		verify = authn.NewVerifier(s.opts.Tokens, nil).TokenVerifier()
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var info *auth.TokenInfo
-		why := "missing bearer token"
-		if got, ok := bearer.FromHeader(r.Header.Get("Authorization")); ok && got != "" {
-			var err error
-			if info, err = verify(r.Context(), got, r); err != nil {
-				info, why = nil, err.Error()
-			}
-		}
-		if info == nil {
-			if l := s.opts.Access.Audit; l != nil {
-				_ = l.Write(audit.Record{Kind: audit.KindAdmission, Via: "api", Identity: "remote " + r.RemoteAddr,
-					Outcome: "unauthenticated", Reason: why})
-			}
-			challenge := `Bearer realm="devicebridge"`
-			if u := s.opts.Access.ResourceMetadataURL; u != "" {
-				challenge += fmt.Sprintf(", resource_metadata=%q", u)
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(policy.WithIdentity(r.Context(), policy.FromTokenInfo(info))))
-	})
 }
 
 // resolveBoard is the board a route's {id} names: its device id (the

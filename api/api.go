@@ -19,7 +19,6 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
-	"github.com/devicebridge/devicebridge/internal/bearer"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -28,11 +27,9 @@ const DefaultMaxBodyBytes = 1 << 20
 
 // Options configure the control API.
 type Options struct {
-	// Tokens, when non-empty, are accepted bearer tokens for /api/*.
-	// /healthz stays open so load balancers can probe it.
-	Tokens       []string
 	MaxBodyBytes int64
-	// Metrics, when set, is served on GET /metrics behind the same tokens.
+	// Metrics, when set, is served on GET /metrics (authenticated, like
+	// /api).
 	Metrics http.Handler
 	// Ready lists the readiness checks GET /readyz reports (open, like
 	// /healthz); nil means always ready.
@@ -47,7 +44,7 @@ type Options struct {
 	Alias func(deviceID string) string
 	// Console, when set, is served on GET / (the web console).
 	Console http.Handler
-	// Access: credentials beyond Tokens, policy and audit (access.go).
+	// Access: policy and audit (access.go).
 	Access Access
 }
 
@@ -80,20 +77,30 @@ func New(hub *device.Hub, opts Options, logger *zap.Logger) *Server {
 	return s
 }
 
-// Register mounts the routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /api/devices", s.auth(http.HandlerFunc(s.listDevices)))
-	mux.Handle("GET /api/devices/{id}", s.auth(http.HandlerFunc(s.getDevice)))
-	mux.Handle("POST /api/devices/{id}/call", s.auth(http.HandlerFunc(s.callTool)))
-	s.registerObservability(mux) // /readyz, /metrics, /api/events
-	s.registerInteractions(mux)  // /api/devices/{id}/interactions, /api/interactions/{sid}
+// Routes is where Register mounts the control API: the control
+// listener's front door (frontdoor.Mux), which checks Host and Origin on
+// every route and credentials on those mounted with Handle.
+type Routes interface {
+	// Handle mounts a route behind the control API's authentication.
+	Handle(pattern string, h http.Handler)
+	// HandleOpen mounts a route anyone who reaches the listener may use.
+	HandleOpen(pattern string, h http.Handler)
+}
+
+// Register mounts the routes. Only probes and the console's files are
+// open: they show no fleet data and change nothing.
+func (s *Server) Register(r Routes) {
+	r.HandleOpen("GET /healthz", http.HandlerFunc(s.healthz))
+	r.Handle("GET /api/devices", http.HandlerFunc(s.listDevices))
+	r.Handle("GET /api/devices/{id}", http.HandlerFunc(s.getDevice))
+	r.Handle("POST /api/devices/{id}/call", http.HandlerFunc(s.callTool))
+	s.registerObservability(r) // /readyz, /metrics, /api/events
+	s.registerInteractions(r)  // /api/devices/{id}/interactions, /api/interactions/{sid}
 	if s.opts.Console != nil {
-		// The console's files are public (they hold no fleet data, and a
-		// browser cannot send a bearer token for a page load); everything
-		// they show comes from /api, behind the tokens.
-		mux.Handle("GET /{$}", s.opts.Console)
-		mux.Handle("GET /console/", s.opts.Console)
+		// A browser cannot send a bearer token for a page load; everything
+		// the page shows comes from /api, behind the credentials.
+		r.HandleOpen("GET /{$}", s.opts.Console)
+		r.HandleOpen("GET /console/", s.opts.Console)
 	}
 }
 
@@ -292,30 +299,6 @@ func (s *Server) device(id string) (device.Info, bool) {
 	return s.hub.Device(device.NormalizeID(id))
 }
 
-// RequireTokens guards routes other packages mount on the control
-// listener (the OTA approvals) exactly as the control API guards its own:
-// a bearer token from tokens, or 401 with the usual JSON error body. No
-// tokens means open.
-func RequireTokens(list []string) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler { return requireTokens(list, next) }
-}
-
-func requireTokens(list []string, next http.Handler) http.Handler {
-	tokens := bearer.NewNamed(list)
-	if tokens.Empty() {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := bearer.FromHeader(r.Header.Get("Authorization"))
-		if _, known := tokens.Lookup(got); !ok || !known {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="devicebridge"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -335,6 +318,12 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeErrorDetail(w, status, ErrorDetail{Code: code, Message: msg})
 }
 
+// Refuse answers a request the front door refused (a frontdoor.Refuser)
+// with the control API's JSON error body.
+func Refuse(w http.ResponseWriter, _ *http.Request, status int, code, msg string) {
+	writeError(w, status, code, msg)
+}
+
 func writeErrorDetail(w http.ResponseWriter, status int, d ErrorDetail) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
@@ -342,11 +331,18 @@ func writeErrorDetail(w http.ResponseWriter, status int, d ErrorDetail) {
 	writeJSON(w, status, ErrorBody{Error: d})
 }
 
+// Mux is what JSONErrors wraps: an http.ServeMux, or the front door's Mux
+// over one.
+type Mux interface {
+	http.Handler
+	Handler(r *http.Request) (h http.Handler, pattern string)
+}
+
 // JSONErrors wraps the control listener's mux so that requests no route
 // matches get the documented JSON error body (404 not_found, or 405
 // method_not_allowed with an Allow header) instead of ServeMux's plain
 // text. Routes that match are served as they are.
-func JSONErrors(mux *http.ServeMux) http.Handler {
+func JSONErrors(mux Mux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
@@ -58,7 +59,7 @@ func TestParseCall(t *testing.T) {
 // TestJSONErrorsForUnknownRoutes: ServeMux answers unknown paths and
 // methods in plain text; the control listener answers the documented JSON.
 func TestJSONErrorsForUnknownRoutes(t *testing.T) {
-	mux := http.NewServeMux()
+	mux := newMux(t)
 	New(device.NewHub(device.HubConfig{}, nil), Options{}, nil).Register(mux)
 	srv := httptest.NewServer(JSONErrors(mux))
 	defer srv.Close()
@@ -91,4 +92,13 @@ func TestJSONErrorsForUnknownRoutes(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "matched routes are served as they are")
+}
+
+// newMux is the control listener's front door with no credentials, as the
+// app builds it by default.
+func newMux(t *testing.T) *frontdoor.Mux {
+	t.Helper()
+	m, err := frontdoor.NewMux(frontdoor.Config{AllowedOrigins: frontdoor.DefaultAllowedOrigins, Refuse: Refuse})
+	require.NoError(t, err)
+	return m
 }

@@ -122,14 +122,14 @@ func (s *Server) setupInteractions() error {
 	return nil
 }
 
-func (s *Server) registerInteractions(mux *http.ServeMux) {
+func (s *Server) registerInteractions(r Routes) {
 	if s.flow == nil {
 		return
 	}
-	mux.Handle("POST /api/devices/{id}/interactions", s.auth(http.HandlerFunc(s.startInteraction)))
-	mux.Handle("GET /api/interactions/{sid}", s.auth(http.HandlerFunc(s.interactionState)))
-	mux.Handle("POST /api/interactions/{sid}", s.auth(http.HandlerFunc(s.answerInteraction)))
-	mux.Handle("DELETE /api/interactions/{sid}", s.auth(http.HandlerFunc(s.cancelInteraction)))
+	r.Handle("POST /api/devices/{id}/interactions", http.HandlerFunc(s.startInteraction))
+	r.Handle("GET /api/interactions/{sid}", http.HandlerFunc(s.interactionState))
+	r.Handle("POST /api/interactions/{sid}", http.HandlerFunc(s.answerInteraction))
+	r.Handle("DELETE /api/interactions/{sid}", http.HandlerFunc(s.cancelInteraction))
 }
 
 // lookupInteractionTool resolves "<device>/<tool>" against the board as it

@@ -66,11 +66,11 @@ func (s *Server) Close() {
 	}
 }
 
-func (s *Server) registerObservability(mux *http.ServeMux) {
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /api/events", s.auth(http.HandlerFunc(s.events)))
+func (s *Server) registerObservability(r Routes) {
+	r.HandleOpen("GET /readyz", http.HandlerFunc(s.readyz))
+	r.Handle("GET /api/events", http.HandlerFunc(s.events))
 	if s.opts.Metrics != nil {
-		mux.Handle("GET /metrics", s.auth(s.opts.Metrics))
+		r.Handle("GET /metrics", s.opts.Metrics)
 	}
 }
 

@@ -25,7 +25,7 @@ func TestEventStreamHeartbeatAndClose(t *testing.T) {
 	hub := device.NewHub(device.HubConfig{}, nil)
 	defer hub.Close(context.Background())
 	s := New(hub, Options{EventsHeartbeat: 20 * time.Millisecond}, nil)
-	mux := http.NewServeMux()
+	mux := newMux(t)
 	s.Register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -28,6 +27,7 @@ import (
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/tracing"
@@ -37,7 +37,8 @@ import (
 type AuthConfig struct {
 	// PublicURL is the control listener's URL as clients reach it
 	// (scheme://host[:port], behind any proxy). It names the resource in
-	// OAuth metadata; default: the listener's own address.
+	// OAuth metadata, and its host is one the front door answers to;
+	// default: the listener's own address.
 	PublicURL string          `yaml:"public_url"`
 	OAuth     OAuthFileConfig `yaml:"oauth"`
 	// PolicyFile is the policy (see docs/security.md); "" means every
@@ -92,7 +93,7 @@ func (c AuthConfig) validate() error {
 func registerAuthFlags(fs *flag.FlagSet, c *AuthConfig) {
 	fs.StringVar(&c.OAuth.Issuer, "oauth-issuer", c.OAuth.Issuer, "OAuth authorization server (issuer URL) whose JWT access tokens /mcp and /api accept")
 	fs.StringVar(&c.OAuth.Audience, "oauth-audience", c.OAuth.Audience, "audience access tokens must carry (default: the public URL of /mcp)")
-	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "the control listener's URL as clients reach it, e.g. https://bridge.example (OAuth metadata)")
+	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "the control listener's URL as clients reach it, e.g. https://bridge.example (OAuth metadata; its host is answered to)")
 	fs.StringVar(&c.PolicyFile, "policy", c.PolicyFile, "policy file: which identities may see and call which boards and tools (reloaded on change and SIGHUP)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "audit log file (- for stdout): one JSON line per tool call, interaction step and refusal")
 }
@@ -156,10 +157,9 @@ func (a *App) metadataURL(path string) string {
 	return a.access.publicURL + "/.well-known/oauth-protected-resource" + path
 }
 
-// startAccess discovers the OAuth issuer, serves the protected-resource
-// metadata, and starts the policy reloads. Called once the control
-// listener is bound.
-func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
+// startAccess starts tracing, works out the public URL and discovers the
+// OAuth issuer. Called once the control listener is bound.
+func (a *App) startAccess(ctx context.Context) error {
 	c := a.cfg.Auth
 	tp, err := tracing.Start(ctx, a.cfg.Tracing, Version)
 	if err != nil {
@@ -184,20 +184,30 @@ func (a *App) startAccess(ctx context.Context, mux *http.ServeMux) error {
 			return err
 		}
 		a.access.oauth = o
-		for path, resource := range map[string]string{"/mcp": a.mcpResource(), "": a.access.publicURL} {
-			mux.Handle(strings.TrimSuffix("/.well-known/oauth-protected-resource"+path, "/"),
-				auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
-					Resource:               resource,
-					AuthorizationServers:   []string{c.OAuth.Issuer},
-					ScopesSupported:        c.OAuth.Scopes,
-					BearerMethodsSupported: []string{"header"},
-					ResourceName:           "devicebridge",
-				}))
-		}
 		a.log.Info("OAuth access tokens accepted", zap.String("issuer", c.OAuth.Issuer), zap.Strings("audiences", audiences),
 			zap.String("metadata", a.metadataURL("/mcp")))
 	}
 	return nil
+}
+
+// mountMetadata serves the protected-resource metadata (RFC 9728) of /mcp
+// and of the control API. It is open to every origin (go-sdk's handler
+// answers with CORS headers): clients read it before they hold a token.
+func (a *App) mountMetadata(m *frontdoor.Mux) {
+	c := a.cfg.Auth
+	if a.access.oauth == nil {
+		return
+	}
+	for _, doc := range []struct{ path, resource string }{{"/mcp", a.mcpResource()}, {"", a.access.publicURL}} {
+		m.Mount("/.well-known/oauth-protected-resource"+doc.path, frontdoor.Door{CrossOrigin: true},
+			auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+				Resource:               doc.resource,
+				AuthorizationServers:   []string{c.OAuth.Issuer},
+				ScopesSupported:        c.OAuth.Scopes,
+				BearerMethodsSupported: []string{"header"},
+				ResourceName:           "devicebridge",
+			}))
+	}
 }
 
 // watchPolicy reloads the policy on change and on SIGHUP. Called once
@@ -234,13 +244,37 @@ func (a *App) watchPolicy(ctx context.Context) {
 // file is rejected, naming the line, and the policy in force stays.
 func (a *App) ReloadPolicy() error { return a.access.gate.Reload() }
 
-// apiAccess is the control API's access configuration.
+// apiGuard authenticates the control API: every /api route, /metrics,
+// /api/events and the OTA approvals. It takes control.tokens and, with an
+// issuer, OAuth access tokens; with neither the control API is open (it is
+// on loopback by default) and the front door's other steps are what keeps
+// web pages out.
+func (a *App) apiGuard() *authn.Guard {
+	g := &authn.Guard{Verifier: authn.NewVerifier(a.cfg.Control.Tokens, a.access.oauth), Via: "api",
+		Keys: "control.tokens, --control-token", Audit: a.access.audit, Log: a.log.Named("api"), Refuse: api.Refuse}
+	if a.access.oauth != nil {
+		g.ResourceMetadataURL = a.metadataURL("")
+		g.Scopes = a.cfg.Auth.OAuth.Scopes
+	}
+	return g
+}
+
+// mcpGuard authenticates /mcp: tokens (mcp.tokens, else control.tokens)
+// and OAuth access tokens. Its refusals are plain text, as MCP clients
+// have always got them.
+func (a *App) mcpGuard(tokens []string) *authn.Guard {
+	g := &authn.Guard{Verifier: authn.NewVerifier(tokens, a.access.oauth), Via: "mcp",
+		Keys: "mcp.tokens, --mcp-token", Audit: a.access.audit, Log: a.log.Named("mcp"), Refuse: frontdoor.PlainText}
+	if a.access.oauth != nil {
+		g.ResourceMetadataURL = a.metadataURL("/mcp")
+		g.Scopes = a.cfg.Auth.OAuth.Scopes
+	}
+	return g
+}
+
+// apiAccess is the control API's policy and audit.
 func (a *App) apiAccess() api.Access {
 	acc := api.Access{Policy: a.access.gate, Audit: a.access.audit}
-	if a.access.oauth != nil {
-		acc.Verifier = authn.NewVerifier(a.cfg.Control.Tokens, a.access.oauth).TokenVerifier()
-		acc.ResourceMetadataURL = a.metadataURL("")
-	}
 	aliases := a.configAliases()
 	acc.Alias = func(id string) string {
 		if a.mcp != nil {
@@ -251,13 +285,8 @@ func (a *App) apiAccess() api.Access {
 	return acc
 }
 
-// mcpAccess is /mcp's access configuration; tokens are those /mcp takes.
-func (a *App) mcpAccess(tokens []string) tools.Access {
-	acc := tools.Access{Policy: a.access.gate, Audit: a.access.audit, Tracer: a.access.trace.Tracer()}
-	if a.access.oauth != nil {
-		acc.Verifier = authn.NewVerifier(tokens, a.access.oauth).TokenVerifier()
-		acc.ResourceMetadataURL = a.metadataURL("/mcp")
-		acc.Scopes = a.cfg.Auth.OAuth.Scopes
-	}
-	return acc
+// mcpAccess is /mcp's policy, audit and tracing; authenticated says its
+// guard checks credentials.
+func (a *App) mcpAccess(authenticated bool) tools.Access {
+	return tools.Access{Authenticated: authenticated, Policy: a.access.gate, Audit: a.access.audit, Tracer: a.access.trace.Tracer()}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/ota"
 	"github.com/devicebridge/devicebridge/tools"
@@ -66,6 +67,8 @@ type App struct {
 	cluster *cluster.Node
 	// spent is the flow replay store of a fleet node with a flow secret.
 	spent *fleetSpent
+	// controlMux is the control listener's front door (front.go).
+	controlMux *frontdoor.Mux
 }
 
 // New builds an App; nothing listens until Start.
@@ -182,16 +185,23 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
 
-	controlMux := http.NewServeMux()
-	if err := a.startAccess(ctx, controlMux); err != nil {
+	if err := a.startAccess(ctx); err != nil {
 		a.closeListeners()
 		return fmt.Errorf("auth: %w", err)
 	}
+	// Every control route is mounted behind the front door (front.go).
+	controlMux, err := a.newControlMux()
+	if err != nil {
+		a.closeListeners()
+		a.closeAccess(context.WithoutCancel(ctx))
+		return fmt.Errorf("control listener: %w", err)
+	}
+	a.mountMetadata(controlMux)
 	apiSrv := api.New(a.Hub, a.apiOptions(), a.log.Named("api"))
 	apiSrv.Register(controlMux)
 	a.apiSrv = apiSrv
 	if a.ota != nil {
-		a.ota.RegisterControl(controlMux, api.RequireTokens(a.cfg.Control.Tokens))
+		a.ota.RegisterControl(controlMux)
 	}
 	a.onDrain(apiSrv.Close) // ends /api/events streams
 	if err := a.startMCP(ctx, controlMux); err != nil {

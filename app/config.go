@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -76,9 +78,17 @@ type DevicesConfig struct {
 	Flapping device.FlapPolicy `yaml:"flapping"`
 }
 
-// ControlConfig secures the control API.
+// ControlConfig secures the control listener (the control API, /mcp and
+// the console; front.go).
 type ControlConfig struct {
 	Tokens []string `yaml:"tokens"`
+	// AllowedOrigins are the browser origins admitted besides the
+	// listener's own (the console): exact origins, scheme://host:* or *.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// AllowedHosts are the DNS names clients reach the listener by,
+	// besides localhost and auth.public_url's host; any other name in Host
+	// is refused (DNS rebinding).
+	AllowedHosts []string `yaml:"allowed_hosts"`
 	// EventsReplay is how many recent events the bridge keeps so that an
 	// /api/events client that reconnects with Last-Event-ID gets what it
 	// missed; 0 keeps none (every resume starts with a resync).
@@ -122,7 +132,7 @@ func Default() Config {
 		Log:             LogConfig{Format: "console", Level: "info"},
 		WebSocket:       ws.Config{}.WithDefaults(),
 		Devices:         defaultDevicesConfig(),
-		Control:         ControlConfig{EventsReplay: DefaultEventsReplay},
+		Control:         ControlConfig{EventsReplay: DefaultEventsReplay, AllowedOrigins: slices.Clone(frontdoor.DefaultAllowedOrigins)},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),
@@ -188,7 +198,7 @@ func (c Config) Validate() error {
 	if c.OTA.Enabled && c.OTA.Balance != "" && c.Cluster.NATSURL == "" {
 		errs = append(errs, fmt.Errorf("ota.balance %q spreads boards over a fleet: set cluster.nats_url (--nats) too, or leave ota.balance empty", c.OTA.Balance))
 	}
-	errs = append(errs, c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
+	errs = append(errs, c.validateFront(), c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
 	return errors.Join(errs...)
 }
 
@@ -227,6 +237,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Log.Level, "log-level", cfg.Log.Level, "log level: debug, info, warn, error")
 	fs.Var(stringList{&cfg.WebSocket.Tokens}, "device-token", "accepted device token (repeatable); none means no device auth")
 	fs.Var(stringList{&cfg.Control.Tokens}, "control-token", "bearer token required on /api (repeatable)")
+	registerFrontFlags(fs, &cfg.Control)
 	fs.IntVar(&cfg.Simulate.Count, "simulate", cfg.Simulate.Count, "also start N simulated boards in-process")
 	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, robot or a file)")
 	fs.BoolVar(&cfg.Devices.WithUserTools, "with-user-tools", cfg.Devices.WithUserTools, "list boards' user-only tools too")

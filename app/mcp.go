@@ -9,28 +9,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/tools"
 )
 
 // MCPConfig configures the upstream MCP server on /mcp (control listener):
 // whether it runs, and the server's own options (tools.Options, whose yaml
-// keys sit directly under mcp:). Two rules are the app's: with no tokens of
-// its own /mcp takes the control API's, and a nil AllowedOrigins from the
-// file means "no browser origin" rather than the defaults.
+// keys sit directly under mcp:). With no tokens of its own /mcp takes the
+// control API's.
 type MCPConfig struct {
 	// Enabled serves /mcp. Default true.
-	Enabled       bool `yaml:"enabled"`
-	tools.Options `yaml:",inline"`
+	Enabled bool `yaml:"enabled"`
+	// AllowedOrigins is the old name of control.allowed_origins, from when
+	// only /mcp checked Origin; set (even empty), it replaces that list.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	tools.Options  `yaml:",inline"`
 }
 
 func defaultMCPConfig() MCPConfig {
 	return MCPConfig{Enabled: true, Options: tools.Options{
-		AllowedOrigins:   append([]string(nil), tools.DefaultAllowedOrigins...),
 		PageSize:         tools.DefaultPageSize,
 		MaxBodyBytes:     tools.DefaultMaxBodyBytes,
 		RateLimit:        tools.DefaultRateLimit,
@@ -63,9 +64,6 @@ func (c MCPConfig) options(version string, controlTokens []string, log *zap.Logg
 	if len(o.Tokens) == 0 {
 		o.Tokens = controlTokens
 	}
-	if o.AllowedOrigins == nil {
-		o.AllowedOrigins = []string{} // an explicit empty list: no browser origin
-	}
 	return o
 }
 
@@ -74,7 +72,6 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.BoolVar(&c.Compact, "mcp-compact", c.Compact, "publish three fixed tools (list_devices, describe_device, call_device_tool) instead of every board tool")
 	fs.BoolVar(&c.ShowUserOnlyTools, "mcp-show-user-tools", c.ShowUserOnlyTools, "also publish the tools boards reserve for people (hidden from the model by default)")
 	fs.Var(stringList{&c.Tokens}, "mcp-token", "bearer token accepted on /mcp (repeatable); none means the control tokens apply")
-	fs.Var(stringList{&c.AllowedOrigins}, "mcp-allowed-origin", "browser Origin admitted on /mcp, added to the defaults (repeatable; scheme://host[:port|:*] or *)")
 	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool> (repeatable)")
 	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session (negative disables)")
 }
@@ -109,7 +106,7 @@ func (f aliasFlag) Set(v string) error {
 // an owned goroutine; when ctx ends (or on Shutdown) every MCP session and
 // stream is closed, so that long-lived SSE streams do not hold up the
 // control listener's drain.
-func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
+func (a *App) startMCP(ctx context.Context, mux *frontdoor.Mux) error {
 	c := a.cfg.MCP
 	if !c.Enabled {
 		return nil
@@ -118,7 +115,8 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	log := a.log.Named("mcp")
 	opts := c.options(Version, a.cfg.Control.Tokens, log)
 	opts.Observer = a.Metrics
-	opts.Access = a.mcpAccess(opts.Tokens)
+	guard := a.mcpGuard(opts.Tokens)
+	opts.Access = a.mcpAccess(guard.Verifier != nil)
 	if opts.Flow, err = a.cfg.Flow.options(); err != nil {
 		return err
 	}
@@ -137,7 +135,8 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	if a.cfg.Flow.Enabled {
 		a.Metrics.WatchInteractions(srv.InteractionCounts)
 	}
-	mux.Handle("/mcp", srv.Handler())
+	// /mcp takes its own tokens, and answers refusals in plain text.
+	mux.Mount("/mcp", frontdoor.Door{Auth: guard.Middleware(), Refuse: frontdoor.PlainText}, srv.Handler())
 	runCtx, cancel := context.WithCancel(ctx)
 	a.goOwned(func() { srv.Run(runCtx) })
 	a.goOwned(func() {
@@ -145,7 +144,7 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 		srv.Close()
 	})
 	a.onDrain(cancel)
-	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", len(c.Tokens) > 0 || len(a.cfg.Control.Tokens) > 0 || a.access.oauth != nil),
+	log.Info("MCP server on /mcp", zap.Bool("compact", c.Compact), zap.Bool("auth", guard.Verifier != nil),
 		zap.Bool("user_only_tools", c.ShowUserOnlyTools), zap.Bool("flow", a.cfg.Flow.Enabled),
 		zap.Bool("flow_stateless", a.cfg.Flow.stateless()))
 	return nil

@@ -26,12 +26,20 @@ type OTAConfig struct {
 }
 
 func defaultOTAConfig() OTAConfig {
-	return OTAConfig{Enabled: true, Config: ota.Config{Path: ota.DefaultPath, MQTTKeepAlive: ota.DefaultMQTTKeepAlive,
-		MaxBodyBytes: ota.DefaultMaxBodyBytes,
-		MaxPending: ota.DefaultMaxPending, PendingTTL: ota.DefaultPendingTTL, MaxDevices: ota.DefaultMaxDevices,
-		RequestsPerSecond: ota.DefaultRequestsPerSecond, RequestBurst: ota.DefaultRequestBurst, MaxAddresses: ota.DefaultMaxAddresses,
-		CodeDigits: ota.DefaultCodeDigits, CodeGuessesPerHour: ota.DefaultCodeGuessesPerHour,
-		CodeGuessesPerCallerPerHour: ota.DefaultCodeGuessesPerCallerPerHour}}
+	return OTAConfig{Enabled: true, Config: ota.Config{
+		Path:                        ota.DefaultPath,
+		MQTTKeepAlive:               ota.DefaultMQTTKeepAlive,
+		MaxBodyBytes:                ota.DefaultMaxBodyBytes,
+		MaxPending:                  ota.DefaultMaxPending,
+		PendingTTL:                  ota.DefaultPendingTTL,
+		MaxDevices:                  ota.DefaultMaxDevices,
+		RequestsPerSecond:           ota.DefaultRequestsPerSecond,
+		RequestBurst:                ota.DefaultRequestBurst,
+		MaxAddresses:                ota.DefaultMaxAddresses,
+		CodeDigits:                  ota.DefaultCodeDigits,
+		CodeGuessesPerHour:          ota.DefaultCodeGuessesPerHour,
+		CodeGuessesPerCallerPerHour: ota.DefaultCodeGuessesPerCallerPerHour,
+	}}
 }
 
 func (c OTAConfig) validate() error {

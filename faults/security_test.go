@@ -110,6 +110,46 @@ func TestSecurity(t *testing.T) {
 		code, _ := b.do(http.MethodGet, tc.path, nil, h)
 		expect(tc.name, code, tc.want)
 	}
+	// The control API's front door: the Host and Origin checks /mcp has,
+	// and no state change from a request any page could send unasked.
+	front := func(method, path, host string, h http.Header, body string) int {
+		req, err := http.NewRequest(method, b.Base+path, strings.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		req.Header = h
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := b.http.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	callPath, loud := "/api/devices/"+ref+"/call", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":100}}`
+	for _, tc := range []struct {
+		name, method, path, host string
+		h                        http.Header
+		want                     int
+	}{
+		{"api: foreign Host", http.MethodGet, "/api/devices", "evil.example", ctl.Clone(), http.StatusForbidden},
+		{"api: rebound Host, same origin", http.MethodGet, "/api/devices", "evil.example:80",
+			http.Header{"Authorization": ctl["Authorization"], "Origin": {"http://evil.example:80"}, "Sec-Fetch-Site": {"same-origin"}}, http.StatusForbidden},
+		{"api: foreign Origin", http.MethodPost, callPath, "",
+			http.Header{"Authorization": ctl["Authorization"], "Origin": {"http://evil.example"}, "Content-Type": {"application/json"}}, http.StatusForbidden},
+		{"api: cross-site text/plain", http.MethodPost, callPath, "",
+			http.Header{"Sec-Fetch-Site": {"cross-site"}, "Content-Type": {"text/plain"}}, http.StatusForbidden},
+		{"api: text/plain from a local page", http.MethodPost, callPath, "",
+			http.Header{"Origin": {"http://localhost:5173"}, "Content-Type": {"text/plain"}}, http.StatusUnsupportedMediaType},
+		{"api: OTA approvals without token", http.MethodGet, "/api/ota/devices", "", http.Header{}, http.StatusUnauthorized},
+		{"api: metrics without token", http.MethodGet, "/metrics", "", http.Header{}, http.StatusUnauthorized},
+		{"api: events without token", http.MethodGet, "/api/events", "", http.Header{}, http.StatusUnauthorized},
+	} {
+		expect(tc.name, front(tc.method, tc.path, tc.host, tc.h, loud), tc.want)
+	}
+
 	initBody := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"faults","version":"1"}}}`)
 	for _, tc := range []struct {
 		name string

@@ -543,12 +543,16 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc(s.ActivatePath(), s.serveActivate)
 }
 
-// RegisterControl mounts the operator routes on the control mux, each
-// wrapped by auth (the control API's tokens).
-func (s *Server) RegisterControl(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
-	mux.Handle("GET /api/ota/devices", auth(http.HandlerFunc(s.listDevices)))
-	mux.Handle("POST /api/ota/devices/{id}/approve", auth(http.HandlerFunc(s.approve)))
-	mux.Handle("POST /api/ota/devices/{id}/reset", auth(http.HandlerFunc(s.reset)))
+// RegisterControl mounts the operator routes on the control listener. mux
+// must authenticate what it mounts, as the control API's routes are (the
+// app's front door does): the list shows pending activation codes, and
+// approve admits a board.
+func (s *Server) RegisterControl(mux interface {
+	Handle(pattern string, h http.Handler)
+}) {
+	mux.Handle("GET /api/ota/devices", http.HandlerFunc(s.listDevices))
+	mux.Handle("POST /api/ota/devices/{id}/approve", http.HandlerFunc(s.approve))
+	mux.Handle("POST /api/ota/devices/{id}/reset", http.HandlerFunc(s.reset))
 }
 
 // limited answers 429 when the request's source address has used up its

@@ -40,7 +40,7 @@ func newFixture(t *testing.T, cfg Config, n Network) *fixture {
 	f.srv = srv
 	dev, ctl := http.NewServeMux(), http.NewServeMux()
 	srv.Register(dev)
-	srv.RegisterControl(ctl, func(h http.Handler) http.Handler { return h })
+	srv.RegisterControl(ctl)
 	d, c := httptest.NewServer(dev), httptest.NewServer(ctl)
 	t.Cleanup(func() { d.Close(); c.Close() })
 	f.url, f.control = d.URL+srv.Path(), c.URL

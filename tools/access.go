@@ -1,15 +1,15 @@
 package tools
 
-// Access control on /mcp: who the caller is (the front handler verifies
-// credentials; accessMiddleware puts the identity in the context of every
-// method), what the policy lets them see (tools/list, compact listings)
-// and call (tools/call, interactions), and the audit log. The decisions
-// themselves are the policy package's; this file only asks it.
+// Access control on /mcp: who the caller is (the control listener's front
+// door verifies credentials; accessMiddleware puts the identity in the
+// context of every method), what the policy lets them see (tools/list,
+// compact listings) and call (tools/call, interactions), and the audit
+// log. The decisions themselves are the policy package's; this file only
+// asks it.
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -24,18 +24,14 @@ import (
 	"github.com/devicebridge/devicebridge/policy"
 )
 
-// Access configures authentication, authorization and audit on /mcp.
-// The zero value keeps the behaviour of Options.Tokens alone.
+// Access configures authorization and audit on /mcp. The zero value
+// allows everything and records nothing.
 type Access struct {
-	// Verifier, when set, checks bearer credentials instead of
-	// Options.Tokens (see package authn: named static tokens and OAuth
-	// access tokens). auth.TokenInfo.UserID is the caller's identity.
-	Verifier auth.TokenVerifier
-	// ResourceMetadataURL is named in 401 answers (RFC 9728), so that
-	// clients can discover the authorization server.
-	ResourceMetadataURL string
-	// Scopes are required of OAuth access tokens (403 without them).
-	Scopes []string
+	// Authenticated says the front door authenticates /mcp (an
+	// authn.Guard with a verifier; so do Options.Tokens): sessions are
+	// then bound to the identity that opened them, and tool lists are
+	// private to it.
+	Authenticated bool
 	// Policy decides which boards and tools each identity sees; nil allows
 	// everything.
 	Policy *policy.Gate
@@ -89,6 +85,12 @@ func (s *Server) mayUse(id policy.Identity, e *entry) bool {
 // mayView reports whether the caller in ctx may see board v.
 func (s *Server) mayView(ctx context.Context, v *deviceView) bool {
 	return s.opts.Access.Policy.BoardVisible(policy.IdentityFrom(ctx), policy.Board{ID: v.info.DeviceID, Alias: v.alias})
+}
+
+// authenticated reports whether a request reaches /mcp only with
+// verified credentials.
+func (s *Server) authenticated() bool {
+	return s.opts.Access.Authenticated || len(s.opts.Tokens) > 0
 }
 
 // denied answers a call the policy does not allow, before anything
@@ -152,32 +154,6 @@ func (s *Server) auditStep(ctx context.Context, step string, st *flow.Step, tool
 	if err := l.Write(r); err != nil {
 		s.log.Warn("audit log write failed", zap.Error(err))
 	}
-}
-
-// auditAdmission records a request refused before it reached the MCP
-// server (no or bad credentials, missing scope). It never holds the token.
-func (s *Server) auditAdmission(remote, outcome, reason string) {
-	if l := s.opts.Access.Audit; l != nil {
-		if err := l.Write(audit.Record{Kind: audit.KindAdmission, Via: "mcp", Outcome: outcome, Reason: reason,
-			Identity: "remote " + remote}); err != nil {
-			s.log.Warn("audit log write failed", zap.Error(err))
-		}
-	}
-}
-
-// challenge is the WWW-Authenticate value of a 401 (RFC 6750, RFC 9728).
-func (s *Server) challenge(errCode string) string {
-	parts := []string{`realm="devicebridge"`}
-	if errCode != "" {
-		parts = append(parts, fmt.Sprintf("error=%q", errCode))
-	}
-	if u := s.opts.Access.ResourceMetadataURL; u != "" {
-		parts = append(parts, fmt.Sprintf("resource_metadata=%q", u))
-	}
-	if len(s.opts.Access.Scopes) > 0 {
-		parts = append(parts, fmt.Sprintf("scope=%q", strings.Join(s.opts.Access.Scopes, " ")))
-	}
-	return "Bearer " + strings.Join(parts, ", ")
 }
 
 // Alias is the alias board deviceID's tools are published under ("" for

@@ -9,15 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/internal/bearer"
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 )
@@ -30,9 +26,11 @@ const (
 	metaVersion   = "io.modelcontextprotocol/protocolVersion"
 )
 
-// frontHandler is /mcp: the security checks, then the route to one of two
-// go-sdk handlers over the same server. Requests of the modern era
-// (MCP-Protocol-Version ≥ 2026-07-28, or any server/discover) go to a
+// frontHandler is /mcp behind the control listener's front door (package
+// frontdoor, which checks Host, Origin and, with authn.Guard, credentials;
+// Handler must be mounted behind it): rate and size limits, then the route
+// to one of two go-sdk handlers over the same server. Requests of the
+// modern era (MCP-Protocol-Version ≥ 2026-07-28, or any server/discover) go to a
 // stateless handler; everything else (initialize, session requests, GET
 // streams, DELETE) to a stateful handler with an event store for
 // resumable streams. Answering discover statelessly means a client probing
@@ -41,23 +39,12 @@ type frontHandler struct {
 	s         *Server
 	stateful  http.Handler
 	stateless http.Handler
-	origins   []originRule
-	// verify checks credentials; nil when /mcp is open.
-	verify  auth.TokenVerifier
-	limiter *rateLimiter
-	tracker *sessionTracker
+	limiter   *rateLimiter
+	tracker   *sessionTracker
 }
 
 func newFrontHandler(s *Server) *frontHandler {
 	h := &frontHandler{s: s, tracker: newSessionTracker()}
-	for _, o := range s.opts.AllowedOrigins {
-		r, _ := parseOriginRule(o) // validated by New
-		h.origins = append(h.origins, r)
-	}
-	h.verify = s.opts.Access.Verifier
-	if h.verify == nil {
-		h.verify = authn.NewVerifier(s.opts.Tokens, nil).TokenVerifier()
-	}
 	if s.opts.RateLimit > 0 {
 		h.limiter = newRateLimiter(s.opts.RateLimit, s.opts.RateBurst)
 	}
@@ -74,6 +61,11 @@ func newFrontHandler(s *Server) *frontHandler {
 		SessionTimeout:      timeout,
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 		Logger:              sdkLog,
+
+		// The front door checks Host on every route of the listener, with
+		// the names the operator allowed (a proxy's public name included);
+		// go-sdk's own check knows only loopback names.
+		DisableLocalhostProtection: true,
 	})
 	h.stateless = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless: true,
@@ -82,12 +74,13 @@ func newFrontHandler(s *Server) *frontHandler {
 		PropagateRequestCancellation: true,
 		MaxRequestBodyBytes:          s.opts.MaxBodyBytes,
 		Logger:                       sdkLog,
+
+		DisableLocalhostProtection: true, // as above
 	})
-	if h.verify != nil {
+	if s.authenticated() {
 		// Bind sessions to the identity that opened them, so one caller
-		// cannot use another's session id. The front handler has verified
-		// the credentials already; this hands go-sdk its TokenInfo.
-		bearer := auth.RequireBearerToken(verifiedToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		// cannot use another's session id.
+		bearer := authn.RequireVerified()
 		h.stateful = bearer(h.stateful)
 		h.stateless = bearer(h.stateless)
 	}
@@ -96,28 +89,12 @@ func newFrontHandler(s *Server) *frontHandler {
 
 func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := h.s.log
-	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
-		log.Info("mcp request refused: origin not allowed", zap.String("origin", origin), zap.String("remote", r.RemoteAddr))
-		http.Error(w, fmt.Sprintf("Forbidden: Origin %q is not allowed (see mcp.allowed_origins)", origin), http.StatusForbidden)
-		return
-	}
-	token, ti, status, why := h.authorize(r)
-	switch status {
-	case http.StatusUnauthorized:
-		log.Info("mcp request refused: missing or invalid bearer token", zap.String("remote", r.RemoteAddr), zap.String("why", why))
-		h.s.auditAdmission(r.RemoteAddr, "unauthenticated", why)
-		w.Header().Set("WWW-Authenticate", h.s.challenge(""))
-		http.Error(w, "Unauthorized: send Authorization: Bearer <token> (see mcp.tokens, or the OAuth metadata named in WWW-Authenticate)", http.StatusUnauthorized)
-		return
-	case http.StatusForbidden:
-		log.Info("mcp request refused: token lacks a required scope", zap.String("remote", r.RemoteAddr), zap.String("identity", ti.UserID))
-		h.s.auditAdmission(r.RemoteAddr, "insufficient_scope", ti.UserID)
-		w.Header().Set("WWW-Authenticate", h.s.challenge("insufficient_scope"))
-		http.Error(w, "Forbidden: the access token lacks a required scope", http.StatusForbidden)
-		return
-	}
+	// Who the front door let in (nil when /mcp is open); the token only
+	// keys rate limits and stateless callers, it is not checked again.
+	ti := authn.TokenInfoFrom(r.Context())
+	var token string
 	if ti != nil {
-		r = r.WithContext(context.WithValue(r.Context(), verifiedKey{}, ti))
+		token, _ = bearer.FromHeader(r.Header.Get("Authorization"))
 	}
 
 	sid := r.Header.Get(headerSessionID)
@@ -277,47 +254,6 @@ func idKey(raw json.RawMessage) string {
 	return "n:" + strconv.FormatFloat(f, 'f', -1, 64)
 }
 
-// authorize checks the bearer credentials when /mcp needs them. It
-// returns the token (for rate-limit keys), what it grants, and 0 when the
-// request may proceed, else the HTTP status to refuse it with and why
-// (never the token).
-func (h *frontHandler) authorize(r *http.Request) (token string, info *auth.TokenInfo, status int, why string) {
-	if h.verify == nil {
-		return "", nil, 0, ""
-	}
-	token, ok := bearer.FromHeader(r.Header.Get("Authorization"))
-	if !ok || token == "" {
-		return "", nil, http.StatusUnauthorized, "no bearer token"
-	}
-	info, err := h.verify(r.Context(), token, r)
-	if err != nil || info == nil {
-		why = "invalid token"
-		if err != nil {
-			why = err.Error()
-		}
-		return "", nil, http.StatusUnauthorized, why
-	}
-	if kind, _ := info.Extra["kind"].(string); kind == "oauth" {
-		for _, sc := range h.s.opts.Access.Scopes {
-			if !slices.Contains(info.Scopes, sc) {
-				return "", info, http.StatusForbidden, "insufficient scope"
-			}
-		}
-	}
-	return token, info, 0, ""
-}
-
-// verifiedKey carries the TokenInfo the front handler verified to the
-// go-sdk handlers (through verifiedToken), so a token is checked once.
-type verifiedKey struct{}
-
-func verifiedToken(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
-	if info, ok := ctx.Value(verifiedKey{}).(*auth.TokenInfo); ok {
-		return info, nil
-	}
-	return nil, auth.ErrInvalidToken
-}
-
 // clientKey identifies a client outside a session: its address and, with
 // tokens, which token it holds.
 func clientKey(r *http.Request, token string) string {
@@ -389,76 +325,6 @@ func (s *trackingStore) SessionClosed(ctx context.Context, sessionID string) err
 		s.h.limiter.forget("s:" + sessionID)
 	}
 	return s.EventStore.SessionClosed(ctx, sessionID)
-}
-
-// originRule is one entry of the Origin allowlist.
-type originRule struct {
-	any          bool
-	scheme, host string
-	port         string // "*" matches any port
-}
-
-func parseOriginRule(s string) (originRule, error) {
-	s = strings.TrimSpace(s)
-	if s == "*" {
-		return originRule{any: true}, nil
-	}
-	if s == "null" {
-		return originRule{scheme: "null"}, nil
-	}
-	wildcard := strings.HasSuffix(s, ":*")
-	if wildcard {
-		s = strings.TrimSuffix(s, ":*")
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-		return originRule{}, fmt.Errorf("%q is not an origin: use scheme://host[:port], scheme://host:* or *", s)
-	}
-	r := originRule{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname()), port: u.Port()}
-	if wildcard {
-		if r.port != "" {
-			return originRule{}, fmt.Errorf("%q: give either a port or :*", s)
-		}
-		r.port = "*"
-	} else if r.port == "" {
-		r.port = defaultPort(r.scheme)
-	}
-	return r, nil
-}
-
-func defaultPort(scheme string) string {
-	switch scheme {
-	case "http", "ws":
-		return "80"
-	case "https", "wss":
-		return "443"
-	}
-	return ""
-}
-
-func (h *frontHandler) originAllowed(origin string) bool {
-	var scheme, host, port string
-	if origin == "null" {
-		scheme = "null"
-	} else {
-		u, err := url.Parse(origin)
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return false
-		}
-		scheme, host, port = strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
-		if port == "" {
-			port = defaultPort(scheme)
-		}
-	}
-	for _, r := range h.origins {
-		if r.any {
-			return true
-		}
-		if r.scheme == scheme && r.host == host && (r.port == "*" || r.port == port) {
-			return true
-		}
-	}
-	return false
 }
 
 // writeRejection refuses a request with an HTTP status and, when the

@@ -54,7 +54,7 @@ func TestOrigin(t *testing.T) {
 		assert.Equal(t, want, status, "Origin %q", origin)
 	}
 
-	// The go-sdk's own DNS-rebinding check still applies.
+	// The front door's DNS-rebinding check covers /mcp (go-sdk's own is off).
 	req := b.rawRequest("POST", initBody, nil)
 	req.Host = "evil.example"
 	resp := b.do(req)

@@ -38,14 +38,6 @@ const (
 	serverInfoName = "devicebridge"
 )
 
-// DefaultAllowedOrigins admits browsers on this machine only (any port).
-// Requests without an Origin header (every non-browser client) are always
-// admitted.
-var DefaultAllowedOrigins = []string{
-	"http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*",
-	"https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*",
-}
-
 // Options configure the upstream MCP server. Zero values take the
 // defaults above. The yaml tags are the keys of the bridge config file's
 // mcp: section, which embeds Options.
@@ -67,14 +59,9 @@ type Options struct {
 	// PageSize is the number of tools per tools/list page.
 	PageSize int `yaml:"page_size"`
 	// Tokens, when non-empty, are the bearer tokens accepted on /mcp;
-	// requests without one get 401.
+	// requests without one get 401 from the front door that checks them
+	// (the app's authn.Guard). Here they mean /mcp is authenticated.
 	Tokens []string `yaml:"tokens"`
-	// AllowedOrigins lists the browser origins admitted: exact origins
-	// ("https://app.example"), any port of a host ("http://localhost:*"),
-	// or "*". Nil means DefaultAllowedOrigins; an empty non-nil list admits
-	// only requests without Origin. A request with any other Origin gets
-	// 403.
-	AllowedOrigins []string `yaml:"allowed_origins"`
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RateLimit is the sustained number of requests per second allowed per
@@ -98,7 +85,7 @@ type Options struct {
 	Observer Observer `yaml:"-"`
 	// Flow configures interactions (the app's flow: section).
 	Flow FlowOptions `yaml:"-"`
-	// Access: credentials beyond Tokens, policy and audit (access.go).
+	// Access: authentication, policy and audit (access.go).
 	Access Access `yaml:"-"`
 }
 
@@ -108,9 +95,6 @@ func (o *Options) fill() {
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = DefaultPageSize
-	}
-	if o.AllowedOrigins == nil {
-		o.AllowedOrigins = DefaultAllowedOrigins
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
@@ -144,11 +128,6 @@ func (o Options) Validate() error {
 		}
 		if sanitize(alias) == "" {
 			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q has no usable characters (use letters, digits, '_' or '-')", id, alias))
-		}
-	}
-	for _, origin := range o.AllowedOrigins {
-		if _, err := parseOriginRule(origin); err != nil {
-			errs = append(errs, fmt.Errorf("mcp.allowed_origins: %w", err))
 		}
 	}
 	for i, t := range o.Tokens {
@@ -256,7 +235,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		// tokens guard the endpoint, only the requesting client may.
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
 			c.TTLMs = 0
-			if len(opts.Tokens) > 0 || opts.Access.Verifier != nil || opts.Access.Policy.Enabled() {
+			if len(opts.Tokens) > 0 || opts.Access.Authenticated || opts.Access.Policy.Enabled() {
 				c.CacheScope = "private"
 			}
 		},
@@ -280,7 +259,8 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 // transport in process.
 func (s *Server) MCPServer() *mcp.Server { return s.mcp }
 
-// Handler serves /mcp (POST, GET and DELETE).
+// Handler serves /mcp (POST, GET and DELETE). Mount it behind the control
+// listener's front door: Host, Origin and credentials are checked there.
 func (s *Server) Handler() http.Handler { return s.http }
 
 // Run keeps the upstream tools in step with the Hub until ctx ends or the
