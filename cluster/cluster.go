@@ -35,7 +35,16 @@ type Config struct {
 	// NodeID names this node in the fleet; it must be unique among the
 	// nodes alive at once. Empty means DefaultNodeID().
 	NodeID string
-	// Options are extra nats.go options: credentials, TLS, user/password.
+	// Auth are the node's NATS credentials and TLS trust. Without
+	// credentials the node refuses to start unless Insecure.
+	Auth Auth
+	// Insecure lets the node join a NATS that lets clients in without
+	// credentials (it then warns at start): with no credentials in Auth,
+	// or when a probe connection without them is let in. Off, the node
+	// refuses both (ErrNoCredentials, ErrOpenNATS).
+	Insecure bool
+	// Options are extra nats.go options (timeouts, handlers); credentials
+	// go in Auth, so that the node knows whether it has any.
 	Options []nats.Option
 	// OfflineAfter bounds how long after a node dies its boards are still
 	// shown by the others (default 15 s). Heartbeats go out every fifth of
@@ -254,6 +263,13 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if cfg.URL == "" {
 		return nil, errors.New("cluster: no NATS URL")
 	}
+	if !cfg.Auth.HasCredentials() && !cfg.Insecure {
+		return nil, ErrNoCredentials
+	}
+	authOpts, err := cfg.Auth.options()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
 	}
@@ -325,10 +341,21 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
 			}
 			n.failOutgoing("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
-		})}, cfg.Options...)
+		})}, authOpts...)
+	opts = append(opts, cfg.Options...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect %s: %w", cfg.URL, err)
+	}
+	// Without credentials, being in proves NATS open; with them, a second
+	// connection without them tells.
+	if !cfg.Auth.HasCredentials() || letsAnyoneIn(cfg.URL, cfg.Auth, n.log) {
+		at := nc.ConnectedUrlRedacted()
+		if !cfg.Insecure {
+			nc.Close()
+			return nil, fmt.Errorf("%w (%s)", ErrOpenNATS, at)
+		}
+		n.log.Warn(insecureWarning, zap.String("nats", at))
 	}
 	n.nc = nc
 	if err := n.open(ctx); err != nil {
@@ -352,6 +379,12 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if err := n.serveCalls(); err != nil {
 		n.Abandon()
 		return nil, err
+	}
+	// Once Start returns, NATS knows this node's subscriptions: a request
+	// sent to it right away finds a responder.
+	if err := nc.FlushTimeout(opTimeout); err != nil {
+		n.Abandon()
+		return nil, fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	n.goOwned(n.heartbeats)
 	n.goOwned(n.catalogGC)
