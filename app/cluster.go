@@ -187,8 +187,11 @@ func (a *App) startCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The calls other nodes route here meet this node's policy and audit
+	// log, with the boards named as the control API names them.
 	cc := cluster.Config{URL: c.NATSURL, NodeID: c.NodeID, OfflineAfter: c.OfflineAfter, Prefix: c.Prefix,
-		Auth: auth, Insecure: c.Insecure, SpentTTL: a.cfg.Flow.spentTTL(), Observer: a.Metrics}
+		Auth: auth, Insecure: c.Insecure, SpentTTL: a.cfg.Flow.spentTTL(), Observer: a.Metrics,
+		Policy: a.access.gate, Audit: a.access.audit, Alias: a.apiAccess().Alias}
 	if a.ota != nil {
 		cc.Advertise = func() cluster.Endpoints {
 			ws, mq := a.ota.Advertised()

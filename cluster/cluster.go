@@ -18,7 +18,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // DefaultOfflineAfter is how soon the other nodes show a dead node's boards
@@ -78,6 +81,16 @@ type Config struct {
 	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
 	// request body and returns the reply body.
 	Interactions func(ctx context.Context, req []byte) []byte
+	// Policy is this node's policy, which it applies to the calls other
+	// nodes route to its boards, as the identity of the caller each call
+	// carries (a call without one is refused); nil allows every caller,
+	// as locally. Alias names a board as the policy's patterns may (nil:
+	// by MAC only).
+	Policy *policy.Gate
+	Alias  func(deviceID string) string
+	// Audit, when set, records every routed call this node answers or
+	// refuses (via "fleet", with the calling node).
+	Audit *audit.Log
 	// SpentTTL is how long the <prefix>_spent bucket (Spent: flow tokens
 	// and requestStates already used) keeps an entry; at least the longest
 	// life of a flow token, i.e. flow.max_duration (default
@@ -227,6 +240,9 @@ type Node struct {
 	// values since it last (re)started, so the remote view is complete.
 	synced atomic.Bool
 	obs    Observer
+	// refusals throttles the warning about requests without a caller,
+	// which whoever can publish on the fleet's subjects can repeat.
+	refusals logthrottle.Throttle
 
 	mu       sync.Mutex
 	stopped  bool
