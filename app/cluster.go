@@ -97,6 +97,9 @@ func (c ClusterConfig) validate() error {
 	if strings.ContainsAny(c.NodeID, " .*>") {
 		errs = append(errs, fmt.Errorf("cluster.node_id %q: use letters, digits, '-' and '_'", c.NodeID))
 	}
+	if err := cluster.CheckURL(c.NATSURL); err != nil {
+		errs = append(errs, fmt.Errorf("cluster.nats_url: %w", err))
+	}
 	if _, err := c.auth(os.Getenv); err != nil {
 		errs = append(errs, err)
 	}

@@ -285,6 +285,9 @@ func TestClusterCredentials(t *testing.T) {
 		{"missing creds file", func(c *app.ClusterConfig) { c.CredsFile = filepath.Join(dir, "nope.creds") }, nil, "cluster.creds_file"},
 		{"missing nkey seed", func(c *app.ClusterConfig) { c.NKeySeedFile = filepath.Join(dir, "nope.nk") }, nil, "cluster.nkey_seed_file"},
 		{"cert without key", func(c *app.ClusterConfig) { c.CertFile = pw }, nil, "cluster.cert_file and cluster.key_file go together"},
+		{"credentials in the URL", func(c *app.ClusterConfig) {
+			c.NATSURL, c.User, c.Password = "nats://127.0.0.1:4334,nats://bridge:s3cret@127.0.0.1:4333", "bridge", "x"
+		}, nil, "cluster.nats_url: cluster: a NATS URL carries credentials"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -78,6 +80,22 @@ var ErrNoCredentials = errors.New("cluster: no NATS credentials: whoever reaches
 // is anyone's, and the node was not told to join anyway (Config.Insecure).
 var ErrOpenNATS = errors.New("cluster: NATS lets clients in without credentials, so whoever reaches it could call every board " +
 	"of the fleet and read every routed call; require authentication on NATS (docs/scaling.md), or set insecure to join anyway")
+
+// CheckURL refuses NATS URLs (comma-separated) that carry credentials:
+// they would bypass Auth (and the probe, which reuses the URLs), and sit on
+// command lines and in logs.
+func CheckURL(urls string) error {
+	for _, s := range strings.Split(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("cluster: NATS URL %q: %w", s, err)
+		}
+		if u.User != nil {
+			return errors.New("cluster: a NATS URL carries credentials (user:password@ or token@); give them as credentials instead")
+		}
+	}
+	return nil
+}
 
 // probeTimeout bounds the probe's connection attempt.
 const probeTimeout = 5 * time.Second

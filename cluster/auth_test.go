@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +103,10 @@ func TestNodeWithoutCredentialsRefusesToStart(t *testing.T) {
 	url := natstest.StartOpen(t).ClientURL()
 	_, _, err := tryStart(t, Config{URL: url})
 	require.ErrorIs(t, err, ErrNoCredentials)
+	// Credentials in the URL would pass for none here, and reach the
+	// probe; they are refused.
+	_, _, err = tryStart(t, Config{URL: strings.Replace(url, "nats://", "nats://u:p@", 1), Auth: fleetAuth})
+	require.ErrorContains(t, err, "a NATS URL carries credentials")
 
 	n, logs, err := tryStart(t, Config{URL: url, Insecure: true})
 	require.NoError(t, err)

@@ -241,7 +241,8 @@ type Node struct {
 	synced atomic.Bool
 	obs    Observer
 	// refusals throttles the warning about requests without a caller,
-	// which whoever can publish on the fleet's subjects can repeat.
+	// which whoever can publish on the fleet's subjects can repeat. Its
+	// lock is a leaf: never taken with mu held, nor mu under it.
 	refusals logthrottle.Throttle
 
 	mu       sync.Mutex
@@ -278,6 +279,9 @@ type Node struct {
 func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger) (*Node, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("cluster: no NATS URL")
+	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
 	}
 	if !cfg.Auth.HasCredentials() && !cfg.Insecure {
 		return nil, ErrNoCredentials
