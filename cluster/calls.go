@@ -36,8 +36,8 @@ type caller struct {
 	Groups []string `json:"groups,omitempty"`
 }
 
-// setCaller puts the identity of the caller in ctx (policy.IdentityFrom)
-// and this node's id on msg.
+// setCaller puts on msg who is calling (the identity in ctx, as
+// policy.IdentityFrom reads it) and this node's id.
 func (n *Node) setCaller(ctx context.Context, msg *nats.Msg) {
 	id := policy.IdentityFrom(ctx)
 	data, _ := json.Marshal(caller{Name: id.Name, Groups: id.Groups})
