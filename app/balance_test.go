@@ -195,11 +195,13 @@ func TestOTABalanceNeedsAFleet(t *testing.T) {
 	cfg := testConfig()
 	cfg.OTA.Balance = "least_loaded"
 	require.ErrorContains(t, cfg.Validate(), "cluster.nats_url")
-	cfg.Cluster.NATSURL = "nats://127.0.0.1:4222"
+	// Insecure: this test is about ota.balance; TestClusterCredentials
+	// checks the credentials.
+	cfg.Cluster.NATSURL, cfg.Cluster.Insecure = "nats://127.0.0.1:4333", true
 	require.NoError(t, cfg.Validate())
 	cfg.OTA.Balance = "random"
 	require.ErrorContains(t, cfg.Validate(), "least_loaded")
-	parsed, err := app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4222", "--ota-balance", "least_loaded"})
+	parsed, err := app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--nats-insecure", "--ota-balance", "least_loaded"})
 	require.NoError(t, err)
 	require.Equal(t, "least_loaded", parsed.OTA.Balance)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -15,11 +17,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/cluster"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
 // startNATS runs an in-process NATS server with JetStream on a random
-// port, stored in a temp dir; tests never use a NATS of the machine.
+// port, stored in a temp dir; tests never use a NATS of the machine. It is
+// configured as docs/scaling.md says to run the fleet's NATS
+// (configs/nats-fleet.conf): fleetConfig has its credentials.
 func startNATS(t *testing.T) string {
 	t.Helper()
 	return startNATSServer(t).ClientURL()
@@ -27,13 +33,7 @@ func startNATS(t *testing.T) string {
 
 func startNATSServer(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return natstest.Start(t)
 }
 
 const offlineWindow = 1500 * time.Millisecond
@@ -44,6 +44,7 @@ func fleetConfig(natsURL, id string) app.Config {
 	cfg := testConfig()
 	cfg.Cluster.NATSURL = natsURL
 	cfg.Cluster.NodeID = id
+	cfg.Cluster.User, cfg.Cluster.Password = natstest.User, natstest.Password
 	cfg.Cluster.OfflineAfter = offlineWindow
 	return cfg
 }
@@ -213,12 +214,125 @@ func TestWithoutNATSNothingChanges(t *testing.T) {
 }
 
 func TestClusterFlags(t *testing.T) {
-	cfg, err := app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4222", "--node-id", "n1"})
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "nats-password")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
+	files := map[string]string{}
+	for _, name := range []string{"creds", "nkey", "ca", "cert", "key"} {
+		files[name] = filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(files[name], []byte("x"), 0o600))
+	}
+	cfg, err := app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--node-id", "n1",
+		"--nats-user", "bridge", "--nats-password-file", pw, "--nats-ca", files["ca"], "--nats-cert", files["cert"], "--nats-key", files["key"]})
 	require.NoError(t, err)
-	require.Equal(t, "nats://127.0.0.1:4222", cfg.Cluster.NATSURL)
-	require.Equal(t, "n1", cfg.Cluster.NodeID)
+	c := cfg.Cluster
+	require.Equal(t, "nats://127.0.0.1:4333", c.NATSURL)
+	require.Equal(t, "n1", c.NodeID)
+	require.Equal(t, []string{"bridge", pw, files["ca"], files["cert"], files["key"]}, []string{c.User, c.PasswordFile, c.CAFile, c.CertFile, c.KeyFile})
+	require.Empty(t, c.Password, "the password stays in its file")
 	cfg.Cluster.NodeID = "bad.id"
 	require.ErrorContains(t, cfg.Validate(), "node_id")
+
+	cfg, err = app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--nats-creds", files["creds"]})
+	require.NoError(t, err)
+	require.Equal(t, files["creds"], cfg.Cluster.CredsFile)
+	cfg, err = app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--nats-nkey", files["nkey"]})
+	require.NoError(t, err)
+	require.Equal(t, files["nkey"], cfg.Cluster.NKeySeedFile)
+	cfg, err = app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--nats-token-file", pw})
+	require.NoError(t, err)
+	require.Equal(t, pw, cfg.Cluster.TokenFile)
+	cfg, err = app.ParseArgs("bridge", []string{"--nats", "nats://127.0.0.1:4333", "--nats-insecure"})
+	require.NoError(t, err)
+	require.True(t, cfg.Cluster.Insecure)
+}
+
+// TestClusterCredentials (issue 24, defect 15): a node refuses to start
+// without NATS credentials unless insecure, saying which keys and flags
+// give them; bad combinations are refused naming the key.
+func TestClusterCredentials(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	base := func() app.Config {
+		cfg := testConfig()
+		cfg.Cluster.NATSURL = "nats://127.0.0.1:4333"
+		return cfg
+	}
+	cases := []struct {
+		name string
+		set  func(*app.ClusterConfig)
+		env  map[string]string
+		want string // "" is valid
+	}{
+		{"nothing", func(*app.ClusterConfig) {}, nil, "cluster: no NATS credentials"},
+		{"insecure", func(c *app.ClusterConfig) { c.Insecure = true }, nil, ""},
+		{"user and password", func(c *app.ClusterConfig) { c.User, c.Password = "bridge", "s3cret" }, nil, ""},
+		{"user and password file", func(c *app.ClusterConfig) { c.User, c.PasswordFile = "bridge", pw }, nil, ""},
+		{"user and password from the environment", func(c *app.ClusterConfig) { c.User = "bridge" },
+			map[string]string{"DEVICEBRIDGE_NATS_PASSWORD": "s3cret"}, ""},
+		{"token from the environment", func(*app.ClusterConfig) {}, map[string]string{"DEVICEBRIDGE_NATS_TOKEN": "t0ken"}, ""},
+		{"token file", func(c *app.ClusterConfig) { c.TokenFile = pw }, nil, ""},
+		{"user without password", func(c *app.ClusterConfig) { c.User = "bridge" }, nil, `cluster.user "bridge" needs a password`},
+		{"password without user", func(c *app.ClusterConfig) { c.Password = "s3cret"; c.Insecure = true }, nil, "cluster.password goes with cluster.user"},
+		{"password and its file", func(c *app.ClusterConfig) { c.User, c.Password, c.PasswordFile = "bridge", "x", pw }, nil,
+			"give password or password_file, not both"},
+		{"empty password file", func(c *app.ClusterConfig) { c.User, c.PasswordFile = "bridge", empty }, nil, "cluster.password_file " + empty + " is empty"},
+		{"missing token file", func(c *app.ClusterConfig) { c.TokenFile = filepath.Join(dir, "nope") }, nil, "cluster.token_file"},
+		{"two methods", func(c *app.ClusterConfig) { c.User, c.Password, c.Token = "bridge", "x", "t" }, nil, "give one of user/password, token"},
+		{"missing creds file", func(c *app.ClusterConfig) { c.CredsFile = filepath.Join(dir, "nope.creds") }, nil, "cluster.creds_file"},
+		{"missing nkey seed", func(c *app.ClusterConfig) { c.NKeySeedFile = filepath.Join(dir, "nope.nk") }, nil, "cluster.nkey_seed_file"},
+		{"cert without key", func(c *app.ClusterConfig) { c.CertFile = pw }, nil, "cluster.cert_file and cluster.key_file go together"},
+		{"credentials in the URL", func(c *app.ClusterConfig) {
+			c.NATSURL, c.User, c.Password = "nats://127.0.0.1:4334,nats://bridge:s3cret@127.0.0.1:4333", "bridge", "x"
+		}, nil, "cluster.nats_url: cluster: a NATS URL carries credentials"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			cfg := base()
+			tc.set(&cfg.Cluster)
+			err := cfg.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "s3cret", "a secret never appears in an error")
+		})
+	}
+	err := base().Validate()
+	for _, hint := range []string{"--nats-user", "--nats-password-file", "DEVICEBRIDGE_NATS_PASSWORD", "--nats-creds", "--nats-nkey",
+		"--nats-cert", "--nats-insecure", "configs/nats-fleet.conf"} {
+		require.ErrorContains(t, err, hint)
+	}
+}
+
+// TestFleetNodeRefusesOpenNATS (issue 24, defect 15): a node refuses to
+// start on a NATS that lets clients in without credentials: without
+// credentials of its own (at validation) and with them (NATS ignores
+// them; the probe gets in), unless insecure.
+func TestFleetNodeRefusesOpenNATS(t *testing.T) {
+	noLeaks(t)
+	open := natstest.StartOpen(t).ClientURL()
+	cfg := fleetConfig(open, "a")
+	cfg.Cluster.User, cfg.Cluster.Password = "", ""
+	_, err := app.New(cfg, nil)
+	require.ErrorContains(t, err, "cluster: no NATS credentials")
+
+	a, err := app.New(fleetConfig(open, "a"), nil)
+	require.NoError(t, err)
+	err = a.Start(context.Background())
+	require.ErrorIs(t, err, cluster.ErrOpenNATS)
+	require.ErrorContains(t, err, "lets clients in without credentials")
+
+	cfg.Cluster.Insecure = true
+	node, _ := startApp(t, cfg)
+	require.NotNil(t, node.Cluster())
 }
 
 // TestInteractionOnARemoteBoard: a guided call (/api/interactions) on node

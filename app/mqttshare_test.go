@@ -16,6 +16,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/mosquittotest"
 	"github.com/devicebridge/devicebridge/simulator"
@@ -143,7 +144,7 @@ type directoryWrites struct {
 
 func watchDirectory(t *testing.T, natsURL, mac string) *directoryWrites {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(natsURL, nats.UserInfo(natstest.Observer, natstest.ObserverPassword))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	digits, ok := device.MACDigits(mac)
@@ -170,8 +171,10 @@ func (d *directoryWrites) count(t *testing.T) int {
 // TestMQTTSharedBrokerConfig: the switch needs an external broker and a
 // fleet.
 func TestMQTTSharedBrokerConfig(t *testing.T) {
+	// --nats-insecure: this test is about the broker; TestClusterCredentials
+	// checks the credentials.
 	cfg, err := app.ParseArgs("bridge", []string{"--mqtt-shared-broker", "--mqtt-broker", "tcp://10.0.0.5:1883",
-		"--nats", "nats://127.0.0.1:4222"})
+		"--nats", "nats://127.0.0.1:4333", "--nats-insecure"})
 	require.NoError(t, err)
 	require.True(t, cfg.MQTT.SharedBroker)
 	require.NoError(t, cfg.Validate())

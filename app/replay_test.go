@@ -15,6 +15,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -163,8 +164,8 @@ func TestMRTRReplayOnAnotherNode(t *testing.T) {
 // good once NATS is back.
 func TestFlowReplayCheckFailsClosedWithoutNATS(t *testing.T) {
 	noLeaks(t)
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-	s, err := server.NewServer(opts)
+	dir := t.TempDir()
+	s, err := server.NewServer(natstest.Options(t, dir, -1))
 	require.NoError(t, err)
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
@@ -197,9 +198,7 @@ func TestFlowReplayCheckFailsClosedWithoutNATS(t *testing.T) {
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "Retry the same request")
 	assert.Equal(t, ran, robot.Stats().CallsRun, "nothing reached the board")
 
-	restart := *opts
-	restart.Port = port
-	s2, err := server.NewServer(&restart)
+	s2, err := server.NewServer(natstest.Options(t, dir, port))
 	require.NoError(t, err)
 	go s2.Start()
 	require.True(t, s2.ReadyForConnections(10*time.Second))

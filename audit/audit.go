@@ -37,8 +37,11 @@ const (
 type Record struct {
 	Time time.Time `json:"time"`
 	Kind string    `json:"kind"`
-	// Via is the surface: "mcp" or "api".
-	Via      string `json:"via,omitempty"`
+	// Via is the surface: "mcp" or "api"; "fleet" for a call another
+	// node routed to a board this node holds.
+	Via string `json:"via,omitempty"`
+	// Node, on a routed call, is the fleet node it came from.
+	Node     string `json:"node,omitempty"`
 	Identity string `json:"identity"`
 	Board    string `json:"board,omitempty"`
 	Tool     string `json:"tool,omitempty"`

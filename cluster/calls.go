@@ -10,14 +10,54 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // Headers of a routed call.
 const (
 	hdrCallID   = "Devicebridge-Call-Id"
 	hdrDeadline = "Devicebridge-Deadline"
+	// hdrCaller is who asked for a routed call or forwarded interaction
+	// request, as the calling node authenticated them (a JSON caller);
+	// the holder refuses a request without it.
+	hdrCaller = "Devicebridge-Caller"
+	// hdrFrom names the node that sent the request (for the holder's
+	// logs and audit line).
+	hdrFrom = "Devicebridge-From"
+	// hdrRefused, on a reply, says why the holder refused the request.
+	hdrRefused = "Devicebridge-Refused"
 )
+
+// caller is a policy.Identity on the wire.
+type caller struct {
+	Name   string   `json:"name"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// setCaller puts on msg who is calling (the identity in ctx, as
+// policy.IdentityFrom reads it) and this node's id.
+func (n *Node) setCaller(ctx context.Context, msg *nats.Msg) {
+	id := policy.IdentityFrom(ctx)
+	data, _ := json.Marshal(caller{Name: id.Name, Groups: id.Groups})
+	msg.Header.Set(hdrCaller, string(data))
+	msg.Header.Set(hdrFrom, n.cfg.NodeID)
+}
+
+// callerOf reads the identity of the caller off a request; false when it
+// has none (a node that does not send it, or not a node at all).
+func callerOf(m *nats.Msg) (policy.Identity, bool) {
+	var c caller
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrCaller)), &c); err != nil || c.Name == "" {
+		return policy.Identity{}, false
+	}
+	return policy.Identity{Name: c.Name, Groups: c.Groups}, true
+}
+
+// errNoCaller is the holder's answer to a request that does not say who
+// is calling.
+const errNoCaller = "the request did not say who is calling, so nothing was sent to the board"
 
 type callRequest struct {
 	DeviceID  string          `json:"device_id"`
@@ -70,7 +110,17 @@ func (n *Node) serveCalls() error {
 			n.goOwned(func() {
 				ctx, cancel := n.deadlineOf(m)
 				defer cancel()
-				if err := m.Respond(h(ctx, m.Data)); err != nil && n.ctx.Err() == nil {
+				reply := &nats.Msg{Header: nats.Header{}}
+				if who, ok := callerOf(m); ok {
+					// The interaction's tool runs as the caller, and a
+					// call it routes on carries them.
+					reply.Data = h(policy.WithIdentity(ctx, who), m.Data)
+				} else {
+					n.refusals.Warn(n.log, "refused a forwarded interaction request that did not say who is calling",
+						zap.String("from", m.Header.Get(hdrFrom)))
+					reply.Header.Set(hdrRefused, errNoCaller)
+				}
+				if err := m.RespondMsg(reply); err != nil && n.ctx.Err() == nil {
 					n.log.Debug("could not answer a forwarded interaction request", zap.Error(err))
 				}
 			})
@@ -111,12 +161,15 @@ func (n *Node) ForwardInteraction(ctx context.Context, node string, req []byte) 
 	}
 	msg := &nats.Msg{Subject: n.subject("interaction", node), Data: req, Header: nats.Header{}}
 	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	n.setCaller(ctx, msg)
 	resp, err := n.nc.RequestMsgWithContext(ctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("node %s: %w", node, ErrNodeGone)
 	case err != nil:
 		return nil, fmt.Errorf("node %s: %w", node, err)
+	case resp.Header.Get(hdrRefused) != "":
+		return nil, fmt.Errorf("node %s refused the request: %s", node, resp.Header.Get(hdrRefused))
 	}
 	return resp.Data, nil
 }
@@ -127,7 +180,31 @@ func (n *Node) answer(m *nats.Msg) {
 		n.reply(m, callReply{Error: &callFailure{Code: device.CodeFailed, Message: "unreadable routed call", Node: n.cfg.NodeID}})
 		return
 	}
-	ctx, cancel := context.WithCancelCause(n.ctx)
+	// The holder decides too: the calling node checked the caller with its
+	// own policy, but this node's policy is the one in force for its
+	// boards, and a request without a caller came from no node that
+	// checked anything.
+	from := m.Header.Get(hdrFrom)
+	who, ok := callerOf(m)
+	if !ok {
+		n.refusals.Warn(n.log, "refused a routed call that did not say who is calling", zap.String("from", from),
+			zap.String("device_id", req.DeviceID), zap.String("tool", req.Tool))
+		n.auditCall(policy.Identity{}, from, req, "denied", "no caller identity", 0)
+		n.refuse(m, errNoCaller)
+		return
+	}
+	board := policy.Board{ID: req.DeviceID}
+	if n.cfg.Alias != nil {
+		board.Alias = n.cfg.Alias(req.DeviceID)
+	}
+	if err := n.cfg.Policy.Check(who, board, req.Tool); err != nil {
+		n.log.Info("routed call refused by policy", zap.String("identity", who.Name), zap.String("from", from),
+			zap.String("device_id", req.DeviceID), zap.String("tool", req.Tool))
+		n.auditCall(who, from, req, "denied", "policy", 0)
+		n.refuse(m, err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancelCause(policy.WithIdentity(n.ctx, who))
 	defer cancel(nil)
 	if d, err := time.Parse(time.RFC3339Nano, m.Header.Get(hdrDeadline)); err == nil {
 		var stop context.CancelFunc
@@ -150,6 +227,11 @@ func (n *Node) answer(m *nats.Msg) {
 	took := time.Since(start)
 	if err == nil {
 		n.obs.RoutedCallDone(DirectionIn, "", took)
+		outcome := "ok"
+		if res != nil && res.IsError {
+			outcome = "tool_error"
+		}
+		n.auditCall(who, from, req, outcome, "", took)
 		n.reply(m, callReply{Result: res})
 		return
 	}
@@ -166,7 +248,31 @@ func (n *Node) answer(m *nats.Msg) {
 		f.Method, f.Message = devErr.Method, devErr.Message
 	}
 	n.obs.RoutedCallDone(DirectionIn, f.Code, took)
+	n.auditCall(who, from, req, string(f.Code), "", took)
 	n.reply(m, callReply{Error: f})
+}
+
+// refuse answers a routed call the holder will not run; the caller gets
+// why, from this node.
+func (n *Node) refuse(m *nats.Msg, why string) {
+	n.obs.RoutedCallDone(DirectionIn, device.CodeFailed, 0)
+	n.reply(m, callReply{Error: &callFailure{Code: device.CodeFailed, Node: n.cfg.NodeID,
+		Message: fmt.Sprintf("node %s, which holds the board, refused the call: %s", n.cfg.NodeID, why)}})
+}
+
+// auditCall records a routed call in this node's audit log (the calling
+// node records it in its own).
+func (n *Node) auditCall(who policy.Identity, from string, req callRequest, outcome, reason string, took time.Duration) {
+	l := n.cfg.Audit
+	if l == nil {
+		return
+	}
+	err := l.Write(audit.Record{Kind: audit.KindToolCall, Via: "fleet", Node: from, Identity: who.Name, Board: req.DeviceID,
+		Tool: req.Tool, ArgsDigest: l.Digest(req.Arguments), Outcome: outcome, Reason: reason,
+		DurationMS: float64(took.Microseconds()) / 1000})
+	if err != nil {
+		n.log.Warn("audit log write failed", zap.Error(err))
+	}
 }
 
 func (n *Node) reply(m *nats.Msg, r callReply) {
@@ -204,6 +310,7 @@ func (n *Node) callRemote(ctx context.Context, info device.Info, tool string, ar
 	msg := &nats.Msg{Subject: n.subject("call", info.Node, keyFor(info.DeviceID)), Data: data, Header: nats.Header{}}
 	msg.Header.Set(hdrCallID, id)
 	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	n.setCaller(ctx, msg)
 	resp, err := n.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		switch {

@@ -18,7 +18,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 // DefaultOfflineAfter is how soon the other nodes show a dead node's boards
@@ -35,7 +38,16 @@ type Config struct {
 	// NodeID names this node in the fleet; it must be unique among the
 	// nodes alive at once. Empty means DefaultNodeID().
 	NodeID string
-	// Options are extra nats.go options: credentials, TLS, user/password.
+	// Auth are the node's NATS credentials and TLS trust. Without
+	// credentials the node refuses to start unless Insecure.
+	Auth Auth
+	// Insecure lets the node join a NATS that lets clients in without
+	// credentials (it then warns at start): with no credentials in Auth,
+	// or when a probe connection without them is let in. Off, the node
+	// refuses both (ErrNoCredentials, ErrOpenNATS).
+	Insecure bool
+	// Options are extra nats.go options (timeouts, handlers); credentials
+	// go in Auth, so that the node knows whether it has any.
 	Options []nats.Option
 	// OfflineAfter bounds how long after a node dies its boards are still
 	// shown by the others (default 15 s). Heartbeats go out every fifth of
@@ -69,6 +81,16 @@ type Config struct {
 	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
 	// request body and returns the reply body.
 	Interactions func(ctx context.Context, req []byte) []byte
+	// Policy is this node's policy, which it applies to the calls other
+	// nodes route to its boards, as the identity of the caller each call
+	// carries (a call without one is refused); nil allows every caller,
+	// as locally. Alias names a board as the policy's patterns may (nil:
+	// by MAC only).
+	Policy *policy.Gate
+	Alias  func(deviceID string) string
+	// Audit, when set, records every routed call this node answers or
+	// refuses (via "fleet", with the calling node).
+	Audit *audit.Log
 	// SpentTTL is how long the <prefix>_spent bucket (Spent: flow tokens
 	// and requestStates already used) keeps an entry; at least the longest
 	// life of a flow token, i.e. flow.max_duration (default
@@ -218,6 +240,10 @@ type Node struct {
 	// values since it last (re)started, so the remote view is complete.
 	synced atomic.Bool
 	obs    Observer
+	// refusals throttles the warning about requests without a caller,
+	// which whoever can publish on the fleet's subjects can repeat. Its
+	// lock is a leaf: never taken with mu held, nor mu under it.
+	refusals logthrottle.Throttle
 
 	mu       sync.Mutex
 	stopped  bool
@@ -253,6 +279,16 @@ type Node struct {
 func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger) (*Node, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("cluster: no NATS URL")
+	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
+	}
+	if !cfg.Auth.HasCredentials() && !cfg.Insecure {
+		return nil, ErrNoCredentials
+	}
+	authOpts, err := cfg.Auth.options()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
@@ -325,10 +361,21 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
 			}
 			n.failOutgoing("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
-		})}, cfg.Options...)
+		})}, authOpts...)
+	opts = append(opts, cfg.Options...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect %s: %w", cfg.URL, err)
+	}
+	// Without credentials, being in proves NATS open; with them, a second
+	// connection without them tells.
+	if !cfg.Auth.HasCredentials() || letsAnyoneIn(cfg.URL, cfg.Auth, n.log) {
+		at := nc.ConnectedUrlRedacted()
+		if !cfg.Insecure {
+			nc.Close()
+			return nil, fmt.Errorf("%w (%s)", ErrOpenNATS, at)
+		}
+		n.log.Warn(insecureWarning, zap.String("nats", at))
 	}
 	n.nc = nc
 	if err := n.open(ctx); err != nil {
@@ -352,6 +399,12 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if err := n.serveCalls(); err != nil {
 		n.Abandon()
 		return nil, err
+	}
+	// Once Start returns, NATS knows this node's subscriptions: a request
+	// sent to it right away finds a responder.
+	if err := nc.FlushTimeout(opTimeout); err != nil {
+		n.Abandon()
+		return nil, fmt.Errorf("cluster: subscribe: %w", err)
 	}
 	n.goOwned(n.heartbeats)
 	n.goOwned(n.catalogGC)

@@ -10,27 +10,35 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 	"github.com/devicebridge/devicebridge/internal/testlink"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startNATS runs an in-process NATS server with JetStream on a random
-// port, stored in a temp dir.
+// port, stored in a temp dir, configured as docs/scaling.md says to run
+// the fleet's NATS (configs/nats-fleet.conf): nodes need fleetAuth.
 func startNATS(t testing.TB) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true})
+	return natstest.Start(t).ClientURL()
+}
+
+// fleetAuth are the nodes' credentials on a server from startNATS.
+var fleetAuth = Auth{User: natstest.User, Password: natstest.Password}
+
+// connectAsFleet is a connection of the test's own with the fleet's
+// credentials (to look at the buckets as a node would).
+func connectAsFleet(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.UserInfo(natstest.User, natstest.Password))
 	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second), "nats server did not start")
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return nc
 }
 
 const tools = `[{"name":"self.get_device_status","description":"d","inputSchema":{"type":"object","properties":{}}},` +
@@ -51,6 +59,14 @@ func startNode(t testing.TB, url, id string) *node {
 // attach connects a scripted board to a node. hold, when set, makes
 // self.hold wait until it is closed or the link ends.
 func (n *node) attach(t testing.TB, mac string, hold chan struct{}) *testlink.Link {
+	t.Helper()
+	link, _ := n.attachBoard(t, mac, hold)
+	return link
+}
+
+// attachBoard is attach that also returns the scripted board (to count
+// what reached it).
+func (n *node) attachBoard(t testing.TB, mac string, hold chan struct{}) (*testlink.Link, *testlink.Board) {
 	t.Helper()
 	bridge, end := testlink.Pair(64)
 	b := testlink.NewBoard(end, func(r testlink.Request) string {
@@ -78,7 +94,7 @@ func (n *node) attach(t testing.TB, mac string, hold chan struct{}) *testlink.Li
 	t.Cleanup(b.Close)
 	_, err := n.hub.Attach(bridge, device.Identity{DeviceID: mac, Transport: "websocket", HasMCP: true})
 	require.NoError(t, err)
-	return bridge
+	return bridge, b
 }
 
 // readyIDs lists the ready boards a node sees, with their holders.
@@ -314,7 +330,7 @@ func TestNodesCarryLoadAndEndpoints(t *testing.T) {
 	url := startNATS(t)
 	start := func(id string) *node {
 		hub := device.NewHub(device.HubConfig{ReadyWait: 2 * time.Second}, nil)
-		n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond,
+		n, err := Start(context.Background(), Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond, Auth: fleetAuth,
 			Advertise: func() Endpoints { return Endpoints{WebSocketURL: "ws://" + id + "/"} }}, hub, nil)
 		require.NoError(t, err)
 		t.Cleanup(func() {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -18,8 +17,7 @@ import (
 // test's own.
 func catalogsBucket(t *testing.T, url string) jetstream.KeyValue {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
+	nc := connectAsFleet(t, url)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -47,7 +45,8 @@ func TestCatalogGCPasses(t *testing.T) {
 	const grace = time.Minute
 	url := startNATS(t)
 	cfg := func(id string) Config {
-		return Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond, CatalogGCInterval: time.Hour, CatalogGrace: grace}
+		return Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond, CatalogGCInterval: time.Hour, CatalogGrace: grace,
+			Auth: fleetAuth}
 	}
 	a, b := startNodeCfg(t, cfg("a")), startNodeCfg(t, cfg("b"))
 	kv := catalogsBucket(t, url)
@@ -105,7 +104,7 @@ func TestCatalogGCPasses(t *testing.T) {
 func TestCatalogGCLoop(t *testing.T) {
 	url := startNATS(t)
 	cfg := func(id string) Config {
-		return Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond,
+		return Config{URL: url, NodeID: id, OfflineAfter: 1500 * time.Millisecond, Auth: fleetAuth,
 			CatalogGCInterval: 100 * time.Millisecond, CatalogGrace: 400 * time.Millisecond}
 	}
 	a, b := startNodeCfg(t, cfg("a")), startNodeCfg(t, cfg("b"))

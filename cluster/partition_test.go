@@ -27,7 +27,7 @@ import (
 // startNodeWith is startNode with a chosen offline window.
 func startNodeWith(t testing.TB, url, id string, offlineAfter time.Duration) *node {
 	t.Helper()
-	return startNodeCfg(t, Config{URL: url, NodeID: id, OfflineAfter: offlineAfter})
+	return startNodeCfg(t, Config{URL: url, NodeID: id, OfflineAfter: offlineAfter, Auth: fleetAuth})
 }
 
 // startNodeCfg is startNode with a configuration of the test's own.
@@ -131,8 +131,7 @@ type dirWatch struct {
 
 func watchDirectory(t *testing.T, url string) *dirWatch {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
+	nc := connectAsFleet(t, url)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx := context.Background()

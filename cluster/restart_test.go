@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/internal/natstest"
 )
 
 // TestNATSRestart: NATS goes away and comes back (same port, same store).
@@ -15,8 +17,7 @@ import (
 // each other's boards again.
 func TestNATSRestart(t *testing.T) {
 	dir := t.TempDir()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true}
-	s, err := server.NewServer(opts)
+	s, err := server.NewServer(natstest.Options(t, dir, -1))
 	require.NoError(t, err)
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
@@ -34,9 +35,7 @@ func TestNATSRestart(t *testing.T) {
 	_, err = a.hub.CallTool(ctx, "aa:00:00:00:00:01", "self.get_device_status", nil)
 	require.NoError(t, err, "a node cut off from NATS keeps serving its own boards")
 
-	restart := *opts
-	restart.Port = port
-	s2, err := server.NewServer(&restart)
+	s2, err := server.NewServer(natstest.Options(t, dir, port))
 	require.NoError(t, err)
 	go s2.Start()
 	require.True(t, s2.ReadyForConnections(10*time.Second))

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/internal/natstest"
 )
 
 // TestSpentOneWinnerAcrossNodes: nodes spending the same keys at once get
@@ -64,10 +65,7 @@ func TestSpentOneWinnerAcrossNodes(t *testing.T) {
 // TestSpentFailsClosedWithoutNATS: with NATS gone, spending and reading
 // fail with ErrSpentUnavailable instead of guessing.
 func TestSpentFailsClosedWithoutNATS(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
+	s := natstest.Start(t)
 	a := startNode(t, s.ClientURL(), "a")
 	store := a.node.Spent()
 	first, _, err := store.Spend(context.Background(), "mrtr.1", "answered", time.Now().Add(time.Minute))

@@ -22,7 +22,9 @@
 # workers, and their ratio.
 #
 # Needs nats-server and jq on PATH (Debian: nats-server, jq). The script's
-# NATS listens on NATS_PORT (default 14222) with a temp store; it never
+# NATS runs configs/nats-fleet.conf (loopback, credentials required) on
+# NATS_PORT (default 14222) with a temp store and a password drawn for the
+# run; it never
 # touches a NATS or bridge it did not start. Environment: CALLS (per group,
 # default 1000), WORKERS (default 4), READY_TIMEOUT (s, default 300), BIN
 # (prebuilt bridge, sim and callload binaries), SOLO=0 (skip the baseline),
@@ -115,13 +117,16 @@ if [[ ${SOLO:-1} != 0 ]]; then
   stop "${sims[@]}" "${bpid[solo]}"
 fi
 
-nats-server -js -a 127.0.0.1 -p "$nport" -sd "$dir/js" >"$dir/nats.log" 2>&1 &
+# The fleet's password, for nats-server and the nodes alike (never argv).
+DEVICEBRIDGE_NATS_PASSWORD=$(head -c 18 /dev/urandom | base64)
+export DEVICEBRIDGE_NATS_PASSWORD
+nats-server -c "$root/configs/nats-fleet.conf" -p "$nport" -sd "$dir/js" >"$dir/nats.log" 2>&1 &
 natspid=$!; pids+=("$natspid")
 for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$nport) 2>/dev/null && break; sleep 0.1; done
 
 nodes=(a b c)
 for i in 0 1 2; do
-  start_bridge "${nodes[$i]}" "$i" --nats "nats://127.0.0.1:$nport" --node-id "${nodes[$i]}"
+  start_bridge "${nodes[$i]}" "$i" --nats "nats://127.0.0.1:$nport" --nats-user devicebridge --node-id "${nodes[$i]}"
 done
 start=$(date +%s.%N)
 start_sims 18000 18001 18002

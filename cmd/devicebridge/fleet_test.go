@@ -6,25 +6,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 )
 
 // TestFleet runs the CLI against one node of a two-node fleet (a real,
 // in-process NATS with JetStream): it lists and calls the other node's
 // boards, and says which node holds each.
 func TestFleet(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := natstest.Start(t) // as configs/nats-fleet.conf runs it: credentials required
 	node := func(id string) func(*app.Config) {
-		return func(c *app.Config) { c.Cluster.NATSURL, c.Cluster.NodeID = ns.ClientURL(), id }
+		return func(c *app.Config) {
+			c.Cluster.NATSURL, c.Cluster.NodeID = ns.ClientURL(), id
+			c.Cluster.User, c.Cluster.Password = natstest.User, natstest.Password
+		}
 	}
 	startBridgeBoards(t, node("a"), "02:00:00:00:00:01", "02:00:00:00:00:02")
 	b := startBridgeBoards(t, node("b"), "02:00:00:00:00:07")

@@ -9,11 +9,13 @@
 //     refused answer;
 //   - a tool that needs confirmation and is declined sends nothing;
 //   - in a fleet of two bridges on one NATS (nats-server on PATH, or
-//     $NATS_SERVER), node b lists node a's boards and names their node.
+//     $NATS_SERVER, run from configs/nats-fleet.conf: credentials
+//     required), node b lists node a's boards and names their node.
 // Screenshots of every page go to a temporary directory, printed at the end.
 // Any failure exits 1.
 import { chromium } from 'playwright-core';
 import { spawn, execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -198,15 +200,19 @@ try {
   check(await page2.isHidden('#login'), 'with the token the fleet shows, live');
 
   // A fleet of two bridges on one NATS (docs/scaling.md): node b's console
-  // lists node a's boards too, and names the node that holds each.
+  // lists node a's boards too, and names the node that holds each. NATS
+  // runs as the docs run it, and reads the fleet's password from the
+  // environment, as the nodes do.
   const np = await freePort();
-  procs.push(start(process.env.NATS_SERVER || 'nats-server', ['-js', '-a', '127.0.0.1', '-p', String(np), '-sd', join(out, 'js')], 'nats-server'));
+  process.env.DEVICEBRIDGE_NATS_PASSWORD = randomBytes(18).toString('base64');
+  procs.push(start(process.env.NATS_SERVER || 'nats-server', ['-c', join(repo, 'configs', 'nats-fleet.conf'), '-p', String(np),
+    '-sd', join(out, 'js')], 'nats-server'));
   await until('nats-server', () => new Promise((resolve) => {
     const c = net.connect(np, '127.0.0.1', () => { c.end(); resolve(true); });
     c.on('error', () => resolve(false));
   }));
   const [ca, da, cb, db] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  const node = (id, c, d, extra) => start(join(out, 'bridge'), ['--nats', `nats://127.0.0.1:${np}`, '--node-id', id,
+  const node = (id, c, d, extra) => start(join(out, 'bridge'), ['--nats', `nats://127.0.0.1:${np}`, '--nats-user', 'devicebridge', '--node-id', id,
     '--control-listen', `127.0.0.1:${c}`, '--device-listen', `127.0.0.1:${d}`, '--mqtt-listen', '', '--log-level', 'warn', ...extra], 'node ' + id);
   procs.push(node('a', ca, da, ['--simulate', '2']));
   procs.push(node('b', cb, db, []));
