@@ -37,6 +37,9 @@ func defaultMCPConfig() MCPConfig {
 		RateBurst:        tools.DefaultRateBurst,
 		SessionTimeout:   tools.DefaultSessionTimeout,
 		ProgressInterval: tools.DefaultProgressInterval,
+
+		MaxSessions:          tools.DefaultMaxSessions,
+		MaxSessionsPerClient: tools.DefaultMaxSessionsPerClient,
 	}}
 }
 
@@ -76,6 +79,11 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.Var(stringList{&c.AllowedOrigins}, "mcp-allowed-origin", "browser Origin admitted on /mcp, added to the defaults (repeatable; scheme://host[:port|:*] or *)")
 	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool> (repeatable)")
 	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session (negative disables)")
+	fs.IntVar(&c.MaxSessions, "mcp-max-sessions", c.MaxSessions, "most MCP sessions open at once; past it initialize gets 503")
+	fs.IntVar(&c.MaxSessionsPerClient, "mcp-max-sessions-per-client", c.MaxSessionsPerClient,
+		"most MCP sessions of one client (identity, else address); past it initialize gets 429")
+	fs.DurationVar(&c.SessionTimeout, "mcp-session-timeout", c.SessionTimeout,
+		"close an MCP session with no request in flight and no stream open for this long (negative: never)")
 }
 
 // aliasFlag parses repeatable MAC=alias pairs.
