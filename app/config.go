@@ -38,6 +38,8 @@ type Config struct {
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
 	Cluster       ClusterConfig  `yaml:"cluster"`
+	// HTTP bounds the HTTP listeners (http.go).
+	HTTP HTTPConfig `yaml:"http"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -108,6 +110,7 @@ func Default() Config {
 		Flow:            defaultFlowConfig(),
 		OTA:             defaultOTAConfig(),
 		ShutdownTimeout: 10 * time.Second,
+		HTTP:            defaultHTTPConfig(),
 	}
 }
 
@@ -167,6 +170,9 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := c.HTTP.validate(c.WebSocket.WithDefaults().MaxConnections); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
 	}
@@ -220,6 +226,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerMCPFlags(fs, &cfg.MCP)
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
+	registerHTTPFlags(fs, &cfg.HTTP)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 	registerAuthFlags(fs, &cfg.Auth)
 	registerClusterFlags(fs, &cfg.Cluster)

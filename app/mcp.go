@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/tools"
 )
 
@@ -141,6 +142,10 @@ func (a *App) startMCP(ctx context.Context, mux *http.ServeMux) error {
 	}
 	a.mcp = srv
 	a.Metrics.WatchMCPSessions(srv.SessionCount)
+	a.Metrics.WatchMCPSessionLimits(func() observe.MCPSessionStats {
+		st := srv.SessionStats()
+		return observe.MCPSessionStats{RefusedTotal: st.RefusedTotal, RefusedPerClient: st.RefusedClient, IdleClosed: st.IdleClosed}
+	})
 	if a.cfg.Flow.Enabled {
 		a.Metrics.WatchInteractions(srv.InteractionCounts)
 	}
