@@ -22,4 +22,9 @@
 //
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
+//
+// Lock order: Server.syncMu before Server.tombMu; StdioProxy.listing before
+// StdioProxy.mu. Every other mutex (the rate limiter's, the cancellation
+// tracker's, the session limits', StdioProxy.progressMu) is a leaf: nothing
+// else is locked, and the go-sdk is not called, while it is held.
 package tools
