@@ -167,6 +167,14 @@ func (a *App) httpServer(h http.Handler, log *zap.Logger) *http.Server {
 		ReadTimeout:       c.ReadTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		ErrorLog:          httpErrorLog(log),
+		// What net/http writes before a handler runs (400, 431, 100
+		// Continue) gets a deadline too; it clears the deadline after each
+		// answer.
+		ConnState: func(conn net.Conn, state http.ConnState) {
+			if state == http.StateActive {
+				_ = conn.SetWriteDeadline(time.Now().Add(c.WriteTimeout))
+			}
+		},
 	}
 }
 
