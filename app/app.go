@@ -164,7 +164,7 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hc := a.cfg.HTTP.withDefaults()
+	hc := a.cfg.HTTP
 	if a.deviceLn, err = a.listen("device", a.cfg.DeviceListen, hc.DeviceMaxConnections, "http.device_max_connections", deviceTLS); err != nil {
 		return err
 	}

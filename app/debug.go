@@ -30,7 +30,7 @@ func (a *App) startDebug() error {
 	if a.cfg.DebugListen == "" {
 		return nil
 	}
-	ln, err := a.listen("debug", a.cfg.DebugListen, a.cfg.HTTP.withDefaults().ControlMaxConnections, "http.control_max_connections", nil)
+	ln, err := a.listen("debug", a.cfg.DebugListen, a.cfg.HTTP.ControlMaxConnections, "http.control_max_connections", nil)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,7 +31,7 @@ import (
 	"github.com/devicebridge/devicebridge/observe"
 )
 
-// HTTPConfig bounds the HTTP listeners. Zero fields take the defaults.
+// HTTPConfig bounds the HTTP listeners.
 type HTTPConfig struct {
 	// ReadHeaderTimeout bounds the arrival of a request's headers.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
@@ -65,56 +66,76 @@ const (
 )
 
 func defaultHTTPConfig() HTTPConfig {
-	return HTTPConfig{}.withDefaults()
+	return HTTPConfig{
+		ReadHeaderTimeout:     DefaultReadHeaderTimeout,
+		ReadTimeout:           DefaultReadTimeout,
+		WriteTimeout:          DefaultWriteTimeout,
+		IdleTimeout:           DefaultIdleTimeout,
+		DeviceMaxConnections:  DefaultDeviceMaxConnections,
+		ControlMaxConnections: DefaultControlMaxConnections,
+	}
 }
 
-func (c HTTPConfig) withDefaults() HTTPConfig {
-	fill := func(d *time.Duration, def time.Duration) {
-		if *d == 0 {
-			*d = def
-		}
-	}
-	fill(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	fill(&c.ReadTimeout, DefaultReadTimeout)
-	fill(&c.WriteTimeout, DefaultWriteTimeout)
-	fill(&c.IdleTimeout, DefaultIdleTimeout)
-	if c.DeviceMaxConnections == 0 {
-		c.DeviceMaxConnections = DefaultDeviceMaxConnections
-	}
-	if c.ControlMaxConnections == 0 {
-		c.ControlMaxConnections = DefaultControlMaxConnections
-	}
-	return c
-}
+// Ranges of the HTTP keys: wide, refusing only what cannot be meant (no
+// timeout, no connection) and what would hurt the bridge.
+const (
+	minHTTPTimeout       = 10 * time.Millisecond
+	maxHTTPTimeout       = time.Hour
+	maxHTTPIdleTimeout   = 24 * time.Hour
+	maxDeviceConnections = 1 << 24
+	maxControlConns      = 1 << 20
+)
 
 // validate checks the bounds; wsMax is websocket.max_connections, which
 // the device listener's cap must not undercut.
 func (c HTTPConfig) validate(wsMax int) error {
 	var errs []error
+	def := defaultHTTPConfig()
 	for _, d := range []struct {
-		key string
-		v   time.Duration
+		key      string
+		v, max   time.Duration
+		fallback time.Duration
 	}{
-		{"http.read_header_timeout", c.ReadHeaderTimeout}, {"http.read_timeout", c.ReadTimeout},
-		{"http.write_timeout", c.WriteTimeout}, {"http.idle_timeout", c.IdleTimeout},
+		{"http.read_header_timeout", c.ReadHeaderTimeout, maxHTTPTimeout, def.ReadHeaderTimeout},
+		{"http.read_timeout", c.ReadTimeout, maxHTTPTimeout, def.ReadTimeout},
+		{"http.write_timeout", c.WriteTimeout, maxHTTPTimeout, def.WriteTimeout},
+		{"http.idle_timeout", c.IdleTimeout, maxHTTPIdleTimeout, def.IdleTimeout},
 	} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s %v: use a positive duration such as 30s (0 means the default)", d.key, d.v))
+		if d.v < minHTTPTimeout || d.v > d.max {
+			errs = append(errs, fmt.Errorf("%s %s: use a duration from %s to %s; default %s", d.key, short(d.v),
+				short(minHTTPTimeout), short(d.max), short(d.fallback)))
 		}
 	}
-	if c.DeviceMaxConnections < 0 {
-		errs = append(errs, fmt.Errorf("http.device_max_connections %d: use 1 or more (0 means the default, %d)",
-			c.DeviceMaxConnections, DefaultDeviceMaxConnections))
+	for _, n := range []struct {
+		key      string
+		v, max   int
+		fallback int
+	}{
+		{"http.device_max_connections", c.DeviceMaxConnections, maxDeviceConnections, def.DeviceMaxConnections},
+		{"http.control_max_connections", c.ControlMaxConnections, maxControlConns, def.ControlMaxConnections},
+	} {
+		if n.v < 1 || n.v > n.max {
+			errs = append(errs, fmt.Errorf("%s %d: use a whole number from 1 to %d; default %d", n.key, n.v, n.max, n.fallback))
+		}
 	}
-	if c.ControlMaxConnections < 0 {
-		errs = append(errs, fmt.Errorf("http.control_max_connections %d: use 1 or more (0 means the default, %d)",
-			c.ControlMaxConnections, DefaultControlMaxConnections))
-	}
-	if dev := c.withDefaults().DeviceMaxConnections; c.DeviceMaxConnections >= 0 && wsMax > 0 && dev < wsMax {
+	if c.DeviceMaxConnections >= 1 && wsMax > 0 && c.DeviceMaxConnections < wsMax {
 		errs = append(errs, fmt.Errorf("http.device_max_connections %d is below websocket.max_connections %d: "+
-			"every board socket is a device listener connection too, so raise the first or lower the second", dev, wsMax))
+			"every board socket is a device listener connection too, so raise the first or lower the second",
+			c.DeviceMaxConnections, wsMax))
 	}
 	return errors.Join(errs...)
+}
+
+// short writes a duration without zero units: 1h, not 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func registerHTTPFlags(fs *flag.FlagSet, c *HTTPConfig) {
@@ -160,7 +181,7 @@ func (a *App) listenerStats() []observe.ListenerStats {
 
 // httpServer builds an http.Server with the configured bounds.
 func (a *App) httpServer(h http.Handler, log *zap.Logger) *http.Server {
-	c := a.cfg.HTTP.withDefaults()
+	c := a.cfg.HTTP
 	return &http.Server{
 		Handler:           withDeadlines(h, c.WriteTimeout),
 		ReadHeaderTimeout: min(c.ReadHeaderTimeout, c.ReadTimeout),

@@ -42,9 +42,11 @@ func TestLimitsConfig(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, cfg.MCP.SessionTimeout)
 
 	for _, bad := range []struct{ file, want string }{
-		{"http:\n  read_timeout: -1s\n", "http.read_timeout -1s: use a positive duration"},
-		{"http:\n  idle_timeout: -5s\n", "http.idle_timeout -5s"},
-		{"http:\n  control_max_connections: -1\n", "http.control_max_connections -1: use 1 or more (0 means the default, 1024)"},
+		{"http:\n  read_timeout: -1s\n", "http.read_timeout -1s: use a duration from 10ms to 1h; default 30s"},
+		{"http:\n  idle_timeout: 0s\n", "http.idle_timeout 0s: use a duration from 10ms to 24h; default 1m"},
+		{"http:\n  write_timeout: 2h\n", "http.write_timeout 2h: use a duration from 10ms to 1h; default 30s"},
+		{"http:\n  control_max_connections: 0\n", "http.control_max_connections 0: use a whole number from 1 to 1048576; default 1024"},
+		{"http:\n  device_max_connections: -1\n", "http.device_max_connections -1: use a whole number from 1 to 16777216; default 20480"},
 		{"http:\n  device_max_connections: 100\n", "http.device_max_connections 100 is below websocket.max_connections 16384"},
 		{"mcp:\n  max_sessions: -3\n", "mcp.max_sessions -3: use 1 or more (0 means the default, 1024)"},
 		{"mcp:\n  max_sessions_per_client: -1\n", "mcp.max_sessions_per_client -1"},

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -208,7 +207,7 @@ func TestStreamsOutliveTimeouts(t *testing.T) {
 	noLeaks(t)
 	const short = 200 * time.Millisecond
 	cfg := testConfig()
-	cfg.HTTP = app.HTTPConfig{ReadHeaderTimeout: short, ReadTimeout: short, WriteTimeout: short, IdleTimeout: short}
+	cfg.HTTP.ReadHeaderTimeout, cfg.HTTP.ReadTimeout, cfg.HTTP.WriteTimeout, cfg.HTTP.IdleTimeout = short, short, short, short
 	release := make(chan struct{})
 	a, base := startApp(t, cfg)
 	obsBoard(t, a, simulator.Config{MAC: "02:00:00:00:00:01", Hold: map[string]<-chan struct{}{"self.lamp.turn_on": release}})

@@ -84,7 +84,7 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.IntVar(&c.MaxSessionsPerClient, "mcp-max-sessions-per-client", c.MaxSessionsPerClient,
 		"most MCP sessions of one client (identity, else address); past it initialize gets 429")
 	fs.DurationVar(&c.SessionTimeout, "mcp-session-timeout", c.SessionTimeout,
-		"close an MCP session with no request in flight and no stream open for this long (negative: never)")
+		"close an MCP session with no request in flight and no stream open for this long")
 }
 
 // aliasFlag parses repeatable MAC=alias pairs.
