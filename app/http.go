@@ -210,18 +210,29 @@ func withDeadlines(next http.Handler, write time.Duration) http.Handler {
 	})
 }
 
-// deadlineWriter sets the write deadline before each write and flush.
+// deadlineWriter sets the write deadline before each write and flush,
+// unless the handler sets its own.
 type deadlineWriter struct {
 	http.ResponseWriter
-	rc       *http.ResponseController
-	timeout  time.Duration
-	hijacked bool
+	rc      *http.ResponseController
+	timeout time.Duration
+	// hijacked: the connection's new owner sets deadlines; own: the
+	// handler does (SetWriteDeadline).
+	hijacked, own bool
 }
 
 func (w *deadlineWriter) extend() {
-	if !w.hijacked {
+	if !w.hijacked && !w.own {
 		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	}
+}
+
+// SetWriteDeadline is how a handler that paces its own writes (the
+// /api/events stream) takes the write deadline over, through
+// http.ResponseController, which finds this method before unwrapping.
+func (w *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	w.own = true
+	return w.rc.SetWriteDeadline(t)
 }
 
 func (w *deadlineWriter) WriteHeader(code int) {
