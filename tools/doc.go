@@ -16,7 +16,8 @@
 //   - mapping device results and failures (offline, busy, timeout, board
 //     errors) to MCP tool results;
 //   - the HTTP front of /mcp: Origin allowlist, bearer tokens, body limits,
-//     per-session rate limits, routing between the legacy (stateful,
+//     per-session rate limits, session caps and the idle timeout
+//     (sessions.go), routing between the legacy (stateful,
 //     resumable) and modern (stateless) protocol eras over one go-sdk
 //     server, and withholding the result of a call the client cancelled.
 //
