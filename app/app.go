@@ -2,13 +2,11 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
+	"github.com/devicebridge/devicebridge/internal/connlimit"
 	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/ota"
 	"github.com/devicebridge/devicebridge/tools"
@@ -48,6 +47,9 @@ type App struct {
 
 	deviceLn, controlLn   net.Listener
 	deviceSrv, controlSrv *http.Server
+	// listeners are the connection caps of every HTTP listener (http.go),
+	// guarded by mu.
+	listeners []*connlimit.Listener
 
 	mu sync.Mutex
 	// drain steps run first in Shutdown, before the listeners drain: they
@@ -165,25 +167,21 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.deviceLn, err = net.Listen("tcp", a.cfg.DeviceListen); err != nil {
-		return fmt.Errorf("device listener: %w", err)
+	hc := a.cfg.HTTP
+	if a.deviceLn, err = a.listen("device", a.cfg.DeviceListen, hc.DeviceMaxConnections, "http.device_max_connections", deviceTLS); err != nil {
+		return err
 	}
-	if a.controlLn, err = net.Listen("tcp", a.cfg.ControlListen); err != nil {
+	if a.controlLn, err = a.listen("control", a.cfg.ControlListen, hc.ControlMaxConnections, "http.control_max_connections", controlTLS); err != nil {
 		_ = a.deviceLn.Close()
-		return fmt.Errorf("control listener: %w", err)
+		return err
 	}
-	if deviceTLS != nil {
-		a.deviceLn, a.deviceTLS = tls.NewListener(a.deviceLn, deviceTLS), true
-	}
-	if controlTLS != nil {
-		a.controlLn, a.controlTLS = tls.NewListener(a.controlLn, controlTLS), true
-	}
+	a.deviceTLS, a.controlTLS = deviceTLS != nil, controlTLS != nil
 	deviceMux := http.NewServeMux()
 	deviceMux.Handle(a.WS.Path(), a.WS)
 	if a.ota != nil {
 		a.ota.Register(deviceMux)
 	}
-	a.deviceSrv = &http.Server{Handler: deviceMux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
+	a.deviceSrv = a.httpServer(deviceMux, a.log)
 
 	if err := a.startAccess(ctx); err != nil {
 		a.closeListeners()
@@ -210,7 +208,7 @@ func (a *App) Start(ctx context.Context) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	a.watchPolicy(ctx)
-	a.controlSrv = &http.Server{Handler: api.JSONErrors(controlMux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(a.log)}
+	a.controlSrv = a.httpServer(api.JSONErrors(controlMux), a.log)
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")

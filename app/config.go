@@ -42,6 +42,8 @@ type Config struct {
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
 	Cluster       ClusterConfig  `yaml:"cluster"`
+	// HTTP bounds the HTTP listeners (http.go).
+	HTTP HTTPConfig `yaml:"http"`
 	// ShutdownTimeout bounds the ordered shutdown.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen serves net/http/pprof on a listener of its own; "" (the
@@ -142,6 +144,7 @@ func Default() Config {
 		Tracing:         tracing.Config{SampleRatio: 1, FlushInterval: tracing.DefaultFlushInterval},
 		Cluster:         ClusterConfig{OfflineAfter: cluster.DefaultOfflineAfter},
 		ShutdownTimeout: 10 * time.Second,
+		HTTP:            defaultHTTPConfig(),
 	}
 }
 
@@ -191,6 +194,9 @@ func (c Config) Validate() error {
 		if err := c.Flow.validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.HTTP.validate(c.WebSocket.WithDefaults().MaxConnections); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.validateDebug(); err != nil {
 		errs = append(errs, err)
@@ -246,6 +252,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerMCPFlags(fs, &cfg.MCP)
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
+	registerHTTPFlags(fs, &cfg.HTTP)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
 	registerAuthFlags(fs, &cfg.Auth)
 	registerClusterFlags(fs, &cfg.Cluster)

@@ -90,13 +90,15 @@ var numericKeys = map[string]numRange{
 	"mqtt.client_writes_pending":  counts(1, 65535),
 	"mqtt.connect_packet_timeout": durations(100*time.Millisecond, 10*time.Minute),
 
-	"mcp.page_size":         counts(1, 10000),
-	"mcp.max_body_bytes":    byteSizes(4*kib, gib),
-	"mcp.rate_limit":        {min: math.SmallestNonzeroFloat64, max: 1e6, off: "turns rate limiting off"},
-	"mcp.rate_burst":        counts(1, 1<<20),
-	"mcp.session_timeout":   durations(time.Second, 7*day),
-	"mcp.progress_interval": durations(10*time.Millisecond, time.Hour).orOff("turns progress heartbeats off"),
-	"mcp.event_store_bytes": byteSizes(64*kib, 4*gib),
+	"mcp.page_size":               counts(1, 10000),
+	"mcp.max_body_bytes":          byteSizes(4*kib, gib),
+	"mcp.rate_limit":              {min: math.SmallestNonzeroFloat64, max: 1e6, off: "turns rate limiting off"},
+	"mcp.rate_burst":              counts(1, 1<<20),
+	"mcp.session_timeout":         durations(time.Second, 7*day),
+	"mcp.progress_interval":       durations(10*time.Millisecond, time.Hour).orOff("turns progress heartbeats off"),
+	"mcp.max_sessions":            counts(1, 1<<20),
+	"mcp.max_sessions_per_client": counts(1, 1<<20),
+	"mcp.event_store_bytes":       byteSizes(64*kib, 4*gib),
 
 	"flow.timeout":        durations(time.Second, 7*day),
 	"flow.max_per_caller": counts(1, 1<<20),
@@ -123,6 +125,13 @@ var numericKeys = map[string]numRange{
 
 	"tracing.sample_ratio":   {min: math.SmallestNonzeroFloat64, max: 1},
 	"tracing.flush_interval": durations(10*time.Millisecond, time.Hour),
+
+	"http.read_header_timeout":     durations(10*time.Millisecond, time.Hour),
+	"http.read_timeout":            durations(10*time.Millisecond, time.Hour),
+	"http.write_timeout":           durations(10*time.Millisecond, time.Hour),
+	"http.idle_timeout":            durations(10*time.Millisecond, day),
+	"http.device_max_connections":  counts(1, 1<<24),
+	"http.control_max_connections": counts(1, 1<<20),
 
 	"cluster.offline_after": durations(time.Second, time.Hour),
 

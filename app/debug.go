@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -31,9 +30,9 @@ func (a *App) startDebug() error {
 	if a.cfg.DebugListen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", a.cfg.DebugListen)
+	ln, err := a.listen("debug", a.cfg.DebugListen, a.cfg.HTTP.ControlMaxConnections, "http.control_max_connections", nil)
 	if err != nil {
-		return fmt.Errorf("debug listener: %w", err)
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -43,8 +42,8 @@ func (a *App) startDebug() error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	base, cancel := context.WithCancel(context.Background())
 	log := a.log.Named("debug")
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(log),
-		BaseContext: func(net.Listener) context.Context { return base }}
+	srv := a.httpServer(mux, log)
+	srv.BaseContext = func(net.Listener) context.Context { return base }
 	addr := ln.Addr()
 	a.obs.debugAddr.Store(&addr)
 	a.onDrain(cancel) // a 30s CPU profile must not hold the shutdown up

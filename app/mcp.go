@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/frontdoor"
+	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/tools"
 )
 
@@ -32,13 +33,15 @@ type MCPConfig struct {
 
 func defaultMCPConfig() MCPConfig {
 	return MCPConfig{Enabled: true, Options: tools.Options{
-		PageSize:         tools.DefaultPageSize,
-		MaxBodyBytes:     tools.DefaultMaxBodyBytes,
-		RateLimit:        tools.DefaultRateLimit,
-		RateBurst:        tools.DefaultRateBurst,
-		SessionTimeout:   tools.DefaultSessionTimeout,
-		ProgressInterval: tools.DefaultProgressInterval,
-		EventStoreBytes:  tools.DefaultEventStoreBytes,
+		PageSize:             tools.DefaultPageSize,
+		MaxBodyBytes:         tools.DefaultMaxBodyBytes,
+		RateLimit:            tools.DefaultRateLimit,
+		RateBurst:            tools.DefaultRateBurst,
+		SessionTimeout:       tools.DefaultSessionTimeout,
+		ProgressInterval:     tools.DefaultProgressInterval,
+		EventStoreBytes:      tools.DefaultEventStoreBytes,
+		MaxSessions:          tools.DefaultMaxSessions,
+		MaxSessionsPerClient: tools.DefaultMaxSessionsPerClient,
 	}}
 }
 
@@ -74,6 +77,11 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.Var(stringList{&c.Tokens}, "mcp-token", "bearer token accepted on /mcp (repeatable); none means the control tokens apply")
 	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool> (repeatable)")
 	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session (negative disables)")
+	fs.IntVar(&c.MaxSessions, "mcp-max-sessions", c.MaxSessions, "most MCP sessions open at once; past it initialize gets 503")
+	fs.IntVar(&c.MaxSessionsPerClient, "mcp-max-sessions-per-client", c.MaxSessionsPerClient,
+		"most MCP sessions of one client (identity, else address); past it initialize gets 429")
+	fs.DurationVar(&c.SessionTimeout, "mcp-session-timeout", c.SessionTimeout,
+		"close an MCP session with no request in flight and no stream open for this long")
 }
 
 // aliasFlag parses repeatable MAC=alias pairs.
@@ -132,6 +140,10 @@ func (a *App) startMCP(ctx context.Context, mux *frontdoor.Mux) error {
 	}
 	a.mcp = srv
 	a.Metrics.WatchMCPSessions(srv.SessionCount)
+	a.Metrics.WatchMCPSessionLimits(func() observe.MCPSessionStats {
+		st := srv.SessionStats()
+		return observe.MCPSessionStats{RefusedTotal: st.RefusedTotal, RefusedPerClient: st.RefusedClient, IdleClosed: st.IdleClosed}
+	})
 	if a.cfg.Flow.Enabled {
 		a.Metrics.WatchInteractions(srv.InteractionCounts)
 	}

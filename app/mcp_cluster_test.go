@@ -211,7 +211,10 @@ func flowRPC(t *testing.T, base, method, params string) (result, rpcErr map[stri
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		require.Failf(t, "unexpected status", "%s: %d %s", method, resp.StatusCode, b)
+	}
 	data := readRPC(t, resp)
 	var msg struct {
 		Result map[string]any `json:"result"`

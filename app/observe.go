@@ -39,6 +39,7 @@ func (a *App) watchMetrics() {
 	a.Metrics.WatchHub(a.Hub)
 	a.Metrics.WatchMQTT(a.mqttStats)
 	a.Metrics.WatchWebSocket(a.wsStats)
+	a.Metrics.WatchListeners(a.listenerStats)
 }
 
 // wsStats reads the device WebSocket listener's counters.

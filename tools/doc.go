@@ -16,10 +16,16 @@
 //   - mapping device results and failures (offline, busy, timeout, board
 //     errors) to MCP tool results;
 //   - the HTTP front of /mcp: Origin allowlist, bearer tokens, body limits,
-//     per-session rate limits, routing between the legacy (stateful,
+//     per-session rate limits, session caps and the idle timeout
+//     (sessions.go), routing between the legacy (stateful,
 //     resumable) and modern (stateless) protocol eras over one go-sdk
 //     server, and withholding the result of a call the client cancelled.
 //
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
+//
+// Lock order: Server.syncMu before Server.tombMu; StdioProxy.listing before
+// StdioProxy.mu. Every other mutex (the rate limiter's, the cancellation
+// tracker's, the session limits', StdioProxy.progressMu) is a leaf: nothing
+// else is locked, and the go-sdk is not called, while it is held.
 package tools

@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 )
@@ -41,6 +42,10 @@ type frontHandler struct {
 	stateless http.Handler
 	limiter   *rateLimiter
 	tracker   *sessionTracker
+	limits    *sessionLimits // caps and idle timeout of legacy sessions (sessions.go)
+	// refusals throttles the log line of refused sessions, which a
+	// client can repeat at will.
+	refusals logthrottle.Throttle
 }
 
 func newFrontHandler(s *Server) *frontHandler {
@@ -52,13 +57,12 @@ func newFrontHandler(s *Server) *frontHandler {
 	store.SetMaxBytes(s.opts.EventStoreBytes)
 	sdkLog := sdkLogger(s.log.Named("http"))
 	getServer := func(*http.Request) *mcp.Server { return s.mcp }
-	timeout := s.opts.SessionTimeout
-	if timeout < 0 {
-		timeout = 0
-	}
+	h.limits = newSessionLimits(s.opts.MaxSessions, s.opts.MaxSessionsPerClient, s.opts.SessionTimeout, s.closeIdleSession)
 	h.stateful = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		EventStore:          &trackingStore{EventStore: store, h: h},
-		SessionTimeout:      timeout,
+		EventStore: &trackingStore{EventStore: store, h: h},
+		// No SessionTimeout: the go-sdk's counts POSTs only, and would
+		// close a session whose host listens on a GET stream; h.limits
+		// closes idle sessions instead.
 		MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 		Logger:              sdkLog,
 
@@ -113,8 +117,10 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var info bodyInfo
+	var body []byte
 	if r.Method == http.MethodPost && r.Body != nil {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.s.opts.MaxBodyBytes))
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, h.s.opts.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -159,7 +165,33 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.tracker.started(sid, info.calls)
 		h.tracker.cancelled(sid, info.cancels)
 	}
-	h.stateful.ServeHTTP(&legacyWriter{ResponseWriter: w, h: h, sid: sid}, r)
+	lw := &legacyWriter{ResponseWriter: w, h: h, sid: sid}
+	switch {
+	case sid != "":
+		// A request or stream of a session keeps it from idling out.
+		if h.limits.begin(sid) {
+			defer h.limits.end(sid)
+		}
+	case r.Method == http.MethodPost:
+		// The go-sdk opens a session for any POST without a session id.
+		identity := ""
+		if ti != nil {
+			identity = ti.UserID
+		}
+		res, full, wait := h.limits.reserve(sessionClient(r, identity))
+		if res == nil {
+			h.refuseSession(w, r, full, wait, body)
+			return
+		}
+		lw.reservation = res
+		defer func() {
+			if lw.issued != "" {
+				h.limits.end(lw.issued)
+			}
+			res.release()
+		}()
+	}
+	h.stateful.ServeHTTP(lw, r)
 }
 
 // isModern reports whether a request belongs to the stateless era.
@@ -275,6 +307,10 @@ type legacyWriter struct {
 	h           *frontHandler
 	sid         string
 	wroteHeader bool
+	// reservation holds a session slot for a request without a session
+	// id; issued is the id the handler gave the new session, if any.
+	reservation *reservation
+	issued      string
 }
 
 func (w *legacyWriter) WriteHeader(code int) {
@@ -282,6 +318,10 @@ func (w *legacyWriter) WriteHeader(code int) {
 		w.wroteHeader = true
 		if issued := w.Header().Get(headerSessionID); issued != "" && w.sid == "" && code < 300 {
 			w.h.tracker.add(issued)
+			if w.reservation != nil {
+				w.reservation.admit(issued)
+				w.issued = issued
+			}
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -321,6 +361,7 @@ func (s *trackingStore) Append(ctx context.Context, sessionID, streamID string, 
 
 func (s *trackingStore) SessionClosed(ctx context.Context, sessionID string) error {
 	s.h.tracker.closed(sessionID)
+	s.h.limits.closed(sessionID)
 	if s.h.limiter != nil {
 		s.h.limiter.forget("s:" + sessionID)
 	}

@@ -50,3 +50,7 @@ func (s *Server) SessionCount() int {
 	}
 	return n
 }
+
+// SessionStats reports the legacy sessions' bounds at work: live sessions,
+// refused initializations, sessions closed for idling.
+func (s *Server) SessionStats() SessionStats { return s.http.limits.stats() }

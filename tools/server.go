@@ -27,7 +27,7 @@ const (
 	DefaultMaxBodyBytes     = 4 << 20
 	DefaultRateLimit        = 20 // requests per second per session
 	DefaultRateBurst        = 40
-	DefaultSessionTimeout   = 30 * time.Minute
+	DefaultSessionTimeout   = 10 * time.Minute // see Options.SessionTimeout
 	DefaultProgressInterval = 10 * time.Second
 	DefaultEventStoreBytes  = 10 << 20
 	// tombstoneTTL is how long the name of a withdrawn tool is remembered,
@@ -36,6 +36,15 @@ const (
 	tombstoneTTL   = time.Hour
 	maxTombstones  = 4096
 	serverInfoName = "devicebridge"
+)
+
+// DefaultMaxSessions and DefaultMaxSessionsPerClient bound the legacy
+// sessions open at once (a goroutine and some memory each), in all and per
+// client. Hosts open one per conversation or connection and end it, or
+// leave it to SessionTimeout.
+const (
+	DefaultMaxSessions          = 1024
+	DefaultMaxSessionsPerClient = 128
 )
 
 // Options configure the upstream MCP server. Zero values take the
@@ -70,9 +79,19 @@ type Options struct {
 	// disables rate limiting.
 	RateLimit float64 `yaml:"rate_limit"`
 	RateBurst int     `yaml:"rate_burst"`
-	// SessionTimeout closes legacy sessions idle for this long. Negative
-	// keeps them until the client ends them.
+	// SessionTimeout closes a legacy session idle for this long: no
+	// request of it in flight and no stream of it open, so a host that
+	// listens on a stream, or uses its session more often than this,
+	// keeps it. Negative keeps sessions until the client ends them (the
+	// caps below still apply).
 	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// MaxSessions bounds the legacy sessions open at once; past it an
+	// initialize gets 503 with Retry-After and a JSON-RPC error.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxSessionsPerClient bounds the legacy sessions of one client (its
+	// verified identity, else its address); past it an initialize gets
+	// 429 with Retry-After and a JSON-RPC error.
+	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
 	// ProgressInterval is how often a call still waiting for its board
 	// sends notifications/progress, when the client gave a progress token.
 	// Negative disables the heartbeats.
@@ -107,6 +126,12 @@ func (o *Options) fill() {
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxSessionsPerClient == 0 {
+		o.MaxSessionsPerClient = DefaultMaxSessionsPerClient
 	}
 	if o.ProgressInterval == 0 {
 		o.ProgressInterval = DefaultProgressInterval
@@ -330,6 +355,7 @@ func sleepCtx(a, b context.Context, d time.Duration) bool {
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
+	s.http.limits.stop()
 	if s.flow != nil {
 		s.flow.Close()
 	}
