@@ -266,6 +266,9 @@ func classify(err error) (int, string) {
 		return http.StatusGatewayTimeout, "device_timeout"
 	case device.CodeBusy:
 		return http.StatusServiceUnavailable, "device_busy"
+	case device.CodeQueueTimeout:
+		// Nothing was sent, so, unlike device_timeout, retrying is safe.
+		return http.StatusServiceUnavailable, "device_queue_timeout"
 	case device.CodeDeviceError:
 		return http.StatusBadGateway, "device_error"
 	case device.CodeOffline:

@@ -28,6 +28,7 @@ func TestClassify(t *testing.T) {
 		{device.ErrNoMCP, http.StatusConflict, "device_without_mcp"},
 		{fmt.Errorf("tools/call: %w", device.ErrTimeout), http.StatusGatewayTimeout, "device_timeout"},
 		{device.ErrBusy, http.StatusServiceUnavailable, "device_busy"},
+		{fmt.Errorf("tools/call: %w", device.ErrQueueTimeout), http.StatusServiceUnavailable, "device_queue_timeout"},
 		{&device.DeviceError{Method: "tools/call", Message: "Unknown tool: x"}, http.StatusBadGateway, "device_error"},
 		{fmt.Errorf("%w: %w", device.ErrOffline, device.ErrDisconnected), http.StatusBadGateway, "device_disconnected"},
 		{context.Canceled, 499, "client_closed_request"},

@@ -412,10 +412,15 @@ func TestRoutedCallMetrics(t *testing.T) {
 
 	// b dies without a word; a still lists its board (the window is long)
 	// and its call finds nobody answering: offline, counted as no responder.
-	clients := srv.NumClients()
+	bCalls := cluster.DefaultPrefix + ".call.b.any"
+	require.True(t, srv.GlobalAccount().SubscriptionInterest(bCalls), "b takes calls")
 	b.Cluster().Abandon()
-	// Once NATS has seen b's connection go, nobody subscribes to its calls.
-	require.Eventually(t, func() bool { return srv.NumClients() < clients }, 10*time.Second, 10*time.Millisecond)
+	// Wait for what the call depends on, nobody subscribed to b's calls,
+	// not for NATS's client count: nats-server drops a closed client from
+	// that count before it removes the client's subscriptions.
+	require.Eventually(t, func() bool {
+		return !srv.GlobalAccount().SubscriptionInterest(bCalls)
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, http.StatusBadGateway, callStatus(t, baseA, "0b:00:00:00:00:05"), "offline")
 	mA, mB = scrapeMetrics(t, http.DefaultClient, baseA), scrapeMetrics(t, http.DefaultClient, baseB)
 	require.Equal(t, 1.0, mA["devicebridge_routed_call_no_responders_total"])

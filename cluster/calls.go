@@ -411,6 +411,7 @@ var sentinels = map[device.Code]error{
 	device.CodeNotReady:         device.ErrNotReady,
 	device.CodeNoMCP:            device.ErrNoMCP,
 	device.CodeBusy:             device.ErrBusy,
+	device.CodeQueueTimeout:     device.ErrQueueTimeout,
 	device.CodeTimeout:          device.ErrTimeout,
 	device.CodeOffline:          device.ErrOffline,
 	device.CodeShuttingDown:     device.ErrShutdown,

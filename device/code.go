@@ -16,8 +16,8 @@ import (
 type Code string
 
 // Call failure codes. Each names who can fix it: the caller (unknown tool,
-// invalid arguments), time (not ready, busy), the board (offline,
-// device_error, timeout) or nobody (shutting down).
+// invalid arguments), time (not ready, busy, queue_timeout), the board
+// (offline, device_error, timeout) or nobody (shutting down).
 const (
 	CodeUnknownDevice    Code = "unknown_device"
 	CodeUnknownTool      Code = "unknown_tool"
@@ -25,6 +25,7 @@ const (
 	CodeNotReady         Code = "not_ready"
 	CodeNoMCP            Code = "no_mcp"
 	CodeBusy             Code = "busy"
+	CodeQueueTimeout     Code = "queue_timeout"
 	CodeTimeout          Code = "timeout"
 	CodeOffline          Code = "offline"
 	CodeDeviceError      Code = "device_error"
@@ -35,7 +36,7 @@ const (
 
 // Codes lists every Code, for metrics that pre-declare their labels.
 var Codes = []Code{CodeUnknownDevice, CodeUnknownTool, CodeInvalidArguments, CodeNotReady, CodeNoMCP,
-	CodeBusy, CodeTimeout, CodeOffline, CodeDeviceError, CodeShuttingDown, CodeCanceled, CodeFailed}
+	CodeBusy, CodeQueueTimeout, CodeTimeout, CodeOffline, CodeDeviceError, CodeShuttingDown, CodeCanceled, CodeFailed}
 
 // CodeOf classifies an error returned by Hub.CallTool or Session.CallTool.
 // A nil error has no code ("").
@@ -60,6 +61,8 @@ func CodeOf(err error) Code {
 		return CodeNoMCP
 	case errors.Is(err, ErrBusy):
 		return CodeBusy
+	case errors.Is(err, ErrQueueTimeout):
+		return CodeQueueTimeout
 	case errors.Is(err, ErrTimeout):
 		return CodeTimeout
 	case errors.Is(err, ErrOffline), errors.Is(err, ErrDisconnected):

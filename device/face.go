@@ -31,6 +31,9 @@ var (
 	ErrBusy = mcpclient.ErrBusy
 	// ErrTimeout: no reply in time; the outcome is unknown.
 	ErrTimeout = mcpclient.ErrTimeout
+	// ErrQueueTimeout: the call's time ran out while it waited behind
+	// earlier calls to the same board; nothing was sent.
+	ErrQueueTimeout = mcpclient.ErrQueueTimeout
 	// ErrDisconnected: the link went away before the reply.
 	ErrDisconnected = mcpclient.ErrDisconnected
 )

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -467,4 +468,45 @@ func TestCallOutcomesReachOnlySubscribersThatAsked(t *testing.T) {
 	_, err = h.CallTool(ctx, s.ID(), "self.get_device_status", nil)
 	require.NoError(t, err)
 	assert.Empty(t, calls.Next())
+}
+
+// TestQueuedCallsOnSilentBoard: through the Hub, a board that stops
+// answering costs each caller at most one call timeout from when it
+// called, however many calls wait ahead of it; the call sent to the board
+// is a timeout (outcome unknown), the ones that never left the queue are
+// queue_timeout (nothing was sent), and the board sees only the first.
+func TestQueuedCallsOnSilentBoard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 5 * time.Second
+		h := NewHub(HubConfig{ReadyWait: time.Second, Client: ClientOptions{CallTimeout: timeout}}, nil)
+		defer func() { require.NoError(t, h.Close(context.Background())) }()
+		b, link := startBoard(t, twoTools)
+		b.hold = make(chan struct{})
+		defer close(b.hold)
+		s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0d", HasMCP: true})
+		require.NoError(t, err)
+		require.NoError(t, s.WaitReady(context.Background()))
+
+		const calls = 6
+		type outcome struct {
+			code Code
+			took time.Duration
+		}
+		out := make(chan outcome, calls)
+		for range calls {
+			go func() {
+				start := time.Now()
+				_, err := h.CallTool(context.Background(), s.ID(), "self.get_device_status", nil)
+				out <- outcome{CodeOf(err), time.Since(start)}
+			}()
+		}
+		codes := map[Code]int{}
+		for range calls {
+			o := <-out
+			assert.LessOrEqual(t, o.took, timeout)
+			codes[o.code]++
+		}
+		assert.Equal(t, map[Code]int{CodeTimeout: 1, CodeQueueTimeout: calls - 1}, codes)
+		assert.Equal(t, 1, b.calls(), "only the first call reached the board")
+	})
 }

@@ -67,10 +67,11 @@ func statusErr(code int, body []byte, want int) error {
 	return nil
 }
 
-// TestSilentBoard: a board that stops answering. Every call, the queued
-// ones too, ends with 504 device_timeout; when the board answers again
-// (first with the replies it held back, to ids long given up), the next
-// call works.
+// TestSilentBoard: a board that stops answering. Every call ends within
+// its own timeout: the one sent with 504 device_timeout, the queued ones
+// with 503 device_queue_timeout (never sent) or, if their turn came while
+// time was left, device_timeout; when the board answers again (first with
+// the replies it held back, to ids long given up), the next call works.
 func TestSilentBoard(t *testing.T) {
 	s := scenario(t, "silent board")
 	cfg := baseConfig()
@@ -113,7 +114,8 @@ func TestSilentBoard(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				code, body := b.call(id, "self.ping", nil)
-				if code == http.StatusGatewayTimeout && errorCode(body) == "device_timeout" {
+				if code == http.StatusGatewayTimeout && errorCode(body) == "device_timeout" ||
+					code == http.StatusServiceUnavailable && errorCode(body) == "device_queue_timeout" {
 					s.ok()
 					return
 				}

@@ -161,7 +161,7 @@ func (c *Client) Initialize(ctx context.Context) (InitializeResult, error) {
 		params["capabilities"] = map[string]any{"vision": c.opts.Vision}
 	}
 	var res InitializeResult
-	err := c.request(ctx, "initialize", params, &res, c.opts.RequestTimeout)
+	err := c.timed(ctx, "initialize", params, &res, c.opts.RequestTimeout)
 	return res, err
 }
 
@@ -178,7 +178,7 @@ func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
 		}
 		var res listToolsResult
 		params := listToolsParams{Cursor: cursor, WithUserTools: c.opts.WithUserTools}
-		if err := c.request(ctx, "tools/list", params, &res, c.opts.RequestTimeout); err != nil {
+		if err := c.timed(ctx, "tools/list", params, &res, c.opts.RequestTimeout); err != nil {
 			return nil, fmt.Errorf("tools/list page %d: %w", page+1, err)
 		}
 		for _, t := range res.Tools {
@@ -220,7 +220,7 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 		timeout = t
 	}
 	var res CallResult
-	err := c.request(ctx, "tools/call", callParams{Name: name, Arguments: args}, &res, timeout)
+	err := c.timed(ctx, "tools/call", callParams{Name: name, Arguments: args}, &res, timeout)
 	if errors.Is(err, ErrDisconnected) && c.opts.RestartingTools[name] {
 		return &CallResult{Content: []Content{{Type: "text",
 			Text: "the device closed its connection, as it does when this tool restarts it"}}}, nil
@@ -232,18 +232,36 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 }
 
 // Call sends any other request (for example a liveness probe). The result
-// is returned raw.
+// is returned raw. Unlike the methods above, timeout bounds only the wait
+// for the reply once the request is sent, and ctx alone bounds the wait for
+// its turn: a liveness probe measures the board, not the queue ahead of it.
 func (c *Client) Call(ctx context.Context, method string, params any, timeout time.Duration) (json.RawMessage, error) {
 	if timeout <= 0 {
 		timeout = c.opts.RequestTimeout
 	}
 	var res json.RawMessage
-	err := c.request(ctx, method, params, &res, timeout)
+	err := c.request(ctx, method, params, &res, timeout, time.Time{})
 	return res, err
 }
 
-// request runs one JSON-RPC request under the one-at-a-time rule.
-func (c *Client) request(ctx context.Context, method string, params, result any, timeout time.Duration) error {
+// errDeadline is the cause of a deadline set by timed, which tells the
+// request's own timeout apart from the caller's context ending.
+var errDeadline = errors.New("mcpclient: request deadline")
+
+// timed runs request under a deadline that starts now: time spent waiting
+// behind other requests counts against timeout, so a silent board answers
+// every queued caller within one timeout of its call, not N timeouts.
+func (c *Client) timed(ctx context.Context, method string, params, result any, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errDeadline)
+	defer cancel()
+	return c.request(ctx, method, params, result, timeout, deadline)
+}
+
+// request runs one JSON-RPC request under the one-at-a-time rule. ctx and
+// deadline (zero for none) bound the wait for the request's turn; timeout
+// and ctx the wait for the reply once sent.
+func (c *Client) request(ctx context.Context, method string, params, result any, timeout time.Duration, deadline time.Time) error {
 	select {
 	case c.slots <- struct{}{}:
 	default:
@@ -253,11 +271,16 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return givenUp(ctx, method, timeout, deadline)
 	case <-c.conn.DisconnectNotify():
 		return ErrDisconnected
 	}
 	defer func() { <-c.turn }()
+	// The turn may come as the caller's time runs out: a request whose
+	// caller has given up is never sent to the board.
+	if err := givenUp(ctx, method, timeout, deadline); err != nil {
+		return err
+	}
 
 	// On timeout jsonrpc2 keeps the call's pending entry until a late reply
 	// or the connection's end; a board either answers eventually or its
@@ -278,7 +301,7 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 		return &DeviceError{Method: method, Message: rpcErr.Message}
 	case errors.Is(err, jsonrpc2.ErrClosed):
 		return ErrDisconnected
-	case ctx.Err() != nil:
+	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), errDeadline):
 		return ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s after %v: %w", method, timeout, ErrTimeout)
@@ -294,6 +317,24 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	default:
 	}
 	return fmt.Errorf("%s: %w", method, err)
+}
+
+// givenUp says why a request not yet sent must not be: its own deadline
+// has passed, or its caller's context has ended. The clock is read as well
+// as ctx.Err because a context's timer may fire a moment after its
+// deadline, when the turn has already been handed over.
+func givenUp(ctx context.Context, method string, timeout time.Duration, deadline time.Time) error {
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return fmt.Errorf("%s after %v: %w", method, timeout, ErrQueueTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !now.Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // nextID returns ids 1..MaxInt32: boards echo ids through a C int cast.

@@ -3,6 +3,7 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -372,4 +373,110 @@ func TestIDsStayWithinInt32(t *testing.T) {
 	assert.EqualValues(t, 1<<31-2, a)
 	assert.EqualValues(t, 1, b, "wraps before reaching MaxInt32")
 	assert.EqualValues(t, 2, d)
+}
+
+// TestQueuedCallsShareOneTimeout: a board that stops answering holds the
+// call it was sent. Every call queued behind it ends within one timeout of
+// when it was made, not one timeout per call ahead of it. Calls made
+// together with the first never reach the board and say so ("not sent",
+// not "outcome unknown"); calls made later are sent with what is left of
+// their time. The bubble's clock makes the times exact.
+func TestQueuedCallsShareOneTimeout(t *testing.T) {
+	const timeout = 5 * time.Second
+	type outcome struct {
+		i    int
+		err  error
+		took time.Duration
+	}
+	// run makes calls one after another, gap apart, against a silent board.
+	run := func(t *testing.T, calls int, gap time.Duration) ([]outcome, []request) {
+		c, fb := newClient(t, Options{CallTimeout: timeout}, func(request) string { return "" })
+		out := make(chan outcome, calls)
+		for i := range calls {
+			go func() {
+				start := time.Now()
+				_, err := c.CallTool(context.Background(), fmt.Sprintf("tool%d", i), nil)
+				out <- outcome{i, err, time.Since(start)}
+			}()
+			synctest.Wait() // queued in order
+			time.Sleep(gap)
+		}
+		got := make([]outcome, calls)
+		for range calls {
+			o := <-out
+			got[o.i] = o
+		}
+		return got, fb.requests()
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		got, seen := run(t, 8, 0)
+		for _, o := range got {
+			assert.LessOrEqual(t, o.took, timeout, "call %d answered %v after it was made", o.i, o.took)
+			if o.i == 0 {
+				assert.ErrorIs(t, o.err, ErrTimeout, "the call the board was sent")
+				continue
+			}
+			assert.ErrorIs(t, o.err, ErrQueueTimeout, "call %d", o.i)
+			assert.NotErrorIs(t, o.err, ErrTimeout, "call %d was not sent: its outcome is known", o.i)
+			assert.Contains(t, fmt.Sprint(o.err), "not sent")
+		}
+		assert.Len(t, seen, 1, "only the first call reached the board")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		got, _ := run(t, 8, timeout/3)
+		for _, o := range got {
+			assert.LessOrEqual(t, o.took, timeout, "call %d answered %v after it was made", o.i, o.took)
+			if !errors.Is(o.err, ErrQueueTimeout) {
+				assert.ErrorIs(t, o.err, ErrTimeout, "call %d", o.i)
+			}
+		}
+	})
+}
+
+// TestGivenUpCallIsNeverSent: a caller that gives up (its context ends)
+// while its call waits is answered at once, and the call is not sent when
+// the board is free again, even when the board frees up at the very moment
+// the caller's time runs out.
+func TestGivenUpCallIsNeverSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, fb := newClient(t, Options{CallTimeout: time.Minute}, func(r request) string {
+			var p callParams
+			_ = json.Unmarshal(r.Params, &p)
+			if p.Name == "slow" {
+				time.Sleep(time.Second)
+			}
+			return result(r, `{"content":[],"isError":false}`)
+		})
+		first := make(chan error, 1)
+		go func() { _, err := c.CallTool(context.Background(), "slow", nil); first <- err }()
+		synctest.Wait()
+
+		ctx, cancel := context.WithCancel(context.Background())
+		queued := make(chan error, 1)
+		go func() { _, err := c.CallTool(ctx, "given.up", nil); queued <- err }()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-queued, context.Canceled)
+		require.NoError(t, <-first)
+
+		// The board is busy for exactly as long as the caller will wait.
+		go func() { _, err := c.CallTool(context.Background(), "slow", nil); first <- err }()
+		synctest.Wait()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := c.CallTool(ctx, "out.of.time", nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, <-first)
+
+		_, err = c.CallTool(context.Background(), "after", nil)
+		require.NoError(t, err)
+		var names []string
+		for _, r := range fb.requests() {
+			var p callParams
+			_ = json.Unmarshal(r.Params, &p)
+			names = append(names, p.Name)
+		}
+		assert.Equal(t, []string{"slow", "slow", "after"}, names)
+	})
 }

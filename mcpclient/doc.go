@@ -6,7 +6,10 @@
 //
 // A Client sends one request at a time (the board would run them serially
 // anyway, and replies queue behind a running tool), through a bounded queue:
-// a full queue fails fast with [ErrBusy]. A request that times out is
-// reported as [ErrTimeout], "outcome unknown", and is never retried: the
-// board may still run it.
+// a full queue fails fast with [ErrBusy]. A request's timeout runs from
+// when it is made, time in the queue included: one whose time runs out
+// before its turn is never sent and fails with [ErrQueueTimeout] (nothing
+// happened), and so is one whose caller's context ends first. A request that
+// was sent and times out is reported as [ErrTimeout], "outcome unknown",
+// and is never retried: the board may still run it.
 package mcpclient

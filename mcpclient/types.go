@@ -19,6 +19,9 @@ var (
 	// ErrTimeout means no reply came in time. The board may still carry the
 	// request out: the outcome is unknown and the request is not retried.
 	ErrTimeout = errors.New("device did not reply in time (outcome unknown)")
+	// ErrQueueTimeout means the request's time ran out while it waited
+	// behind earlier ones: it was never sent, so nothing happened.
+	ErrQueueTimeout = errors.New("device still busy with earlier requests when the time ran out: not sent, nothing happened")
 	// ErrDisconnected means the board's link went away before the reply.
 	ErrDisconnected = errors.New("device disconnected")
 	// ErrCursorLoop means tools/list returned a cursor already seen.

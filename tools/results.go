@@ -55,6 +55,10 @@ func callFailure(e *entry, label string, err error, took time.Duration) (*mcp.Ca
 	case device.CodeBusy:
 		return errorResult("Board %s is busy: it runs one tool at a time and too many requests are already waiting. "+
 			"%s was not sent. Wait a moment and try again, one call at a time.", label, tool), code
+	case device.CodeQueueTimeout:
+		return errorResult("Board %s was still busy with earlier calls when the time for %s ran out (%s), so %s was "+
+			"never sent: nothing happened. Try again when the board is free, one call at a time.",
+			label, tool, roundDuration(took), tool), code
 	case device.CodeTimeout:
 		return errorResult("Board %s did not answer %s within %s. The outcome is unknown: the board may still carry it out. "+
 			"Check the board's state before repeating the call rather than retrying blindly.",

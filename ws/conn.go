@@ -45,6 +45,10 @@ type conn struct {
 	sockClosed chan struct{}
 
 	textIn, binaryIn, textOut atomic.Int64
+
+	// helloPending is set while the conn holds one of the server's
+	// pending-hello slots; guarded by Server.mu.
+	helloPending bool
 }
 
 var _ device.Link = (*conn)(nil)

@@ -31,7 +31,12 @@ var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
 
 // Stats counts what the endpoint saw since it started.
 type Stats struct {
-	Accepted, Unauthorized, BadRequests, HelloFailures, Active int64
+	Accepted, Unauthorized, BadRequests, HelloFailures int64
+	// Active counts the sockets that hold a place under MaxConnections,
+	// and Pending those of them still waiting for their hello (under
+	// MaxPendingHellos): exactly what admission compares with the caps, so
+	// a new board is admitted whenever these are below them.
+	Active, Pending int64
 	// Refused counts sockets turned away by MaxConnections or
 	// MaxPendingHellos.
 	Refused int64
@@ -55,6 +60,8 @@ type Server struct {
 	closed bool
 	// open counts admitted sockets from admission until their goroutines
 	// end (or the upgrade fails); pending those whose hello is not done.
+	// A tracked conn's share of pending is its helloPending flag, so that
+	// whichever of helloDone and untrack comes first gives it back.
 	open, pending int
 	wg            sync.WaitGroup // reader and writer goroutines of every conn
 
@@ -103,7 +110,7 @@ func (s *Server) Path() string { return s.cfg.Path }
 // so the message counters never drop as a connection closes.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
-	active := int64(len(s.conns))
+	active, pending := int64(s.open), int64(s.pending)
 	// Under mu: untrack folds a closing connection's counts and forgets it
 	// in one step, so each message is counted exactly once here.
 	textIn, binaryIn, textOut := s.textIn.Load(), s.binaryIn.Load(), s.textOut.Load()
@@ -115,8 +122,8 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{Accepted: s.accepted.Load(), Unauthorized: s.unauthorized.Load(),
 		BadRequests: s.badRequests.Load(), HelloFailures: s.helloFailures.Load(), Active: active,
-		Refused: s.refused.Load(),
-		TextIn:  textIn, BinaryIn: binaryIn, TextOut: textOut}
+		Pending: pending, Refused: s.refused.Load(),
+		TextIn: textIn, BinaryIn: binaryIn, TextOut: textOut}
 }
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
@@ -179,7 +186,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id.ProtocolVersion, _ = strconv.Atoi(r.Header.Get("Protocol-Version"))
 	hello, err := s.awaitHello(c)
-	s.helloDone()
 	if err != nil {
 		s.helloFailures.Add(1)
 		log.Warn("closing device connection: hello exchange failed", zap.Error(err))
@@ -206,6 +212,10 @@ func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
 	ctx, cancelWait := context.WithTimeout(context.Background(), s.cfg.HelloTimeout)
 	defer cancelWait()
 	msg, err := c.Receive(ctx)
+	// The wait is over, whatever came: give the pending slot back now,
+	// before the server hello, so a board that has read the reply never
+	// finds its slot still held.
+	s.helloDone(c)
 	switch {
 	case ctx.Err() != nil:
 		return envelope.DeviceHello{}, device.Closing(device.CauseProtocol, fmt.Errorf("%w (%v)", errNoHello, s.cfg.HelloTimeout))
@@ -283,11 +293,19 @@ func (s *Server) admit() string {
 	return ""
 }
 
-// helloDone ends an admitted socket's hello wait, whatever its outcome.
-func (s *Server) helloDone() {
+// helloDone ends a tracked socket's hello wait, whatever its outcome. It
+// is idempotent: untrack ends the wait too if the socket closes first.
+func (s *Server) helloDone(c *conn) {
 	s.mu.Lock()
-	s.pending--
+	s.endHelloLocked(c)
 	s.mu.Unlock()
+}
+
+func (s *Server) endHelloLocked(c *conn) {
+	if c.helloPending {
+		c.helloPending = false
+		s.pending--
+	}
 }
 
 // release gives back an admitted socket's room; pending too if its hello
@@ -308,6 +326,8 @@ func (s *Server) track(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	// The pending-hello slot admit reserved now belongs to the conn.
+	c.helloPending = true
 	s.wg.Add(2) // under the lock, so Close never waits on a zero counter being raised
 	return true
 }
@@ -320,6 +340,10 @@ func (s *Server) untrack(c *conn) {
 	s.binaryIn.Add(c.binaryIn.Load())
 	s.textOut.Add(c.textOut.Load())
 	delete(s.conns, c)
+	// The socket's room and, if its hello never came, its pending slot go
+	// back in the same step, so Stats never shows one freed without the
+	// other.
+	s.endHelloLocked(c)
 	s.open--
 	s.mu.Unlock()
 	if ce := c.log.Check(zap.DebugLevel, "websocket closed"); ce != nil {

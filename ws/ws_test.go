@@ -413,12 +413,17 @@ func TestConnectionCaps(t *testing.T) {
 	require.NoError(t, first.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","version":1,"features":{"mcp":false},"transport":"websocket"}`)))
 	_, _, err := first.ReadMessage()
 	require.NoError(t, err)
+	// The slot is free by the time the board reads the server hello.
+	assert.EqualValues(t, 1, b.srv.Stats().Pending)
 	rawDevice(t, b.url, "aa:bb:cc:dd:ee:33")
 	refused("aa:bb:cc:dd:ee:34", "too many device connections")
 	assert.EqualValues(t, 2, b.srv.Stats().Refused)
 
-	// A closed socket gives its room back.
+	// A closed socket gives its room back, and its pending slot with it
+	// (it never sent a hello): Stats shows both freed at once, so once
+	// Active is down the next board is admitted.
 	require.NoError(t, second.Close())
 	require.Eventually(t, func() bool { return b.srv.Stats().Active == 2 }, 5*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, b.srv.Stats().Pending, "33 still waits for its hello")
 	rawDevice(t, b.url, "aa:bb:cc:dd:ee:34")
 }

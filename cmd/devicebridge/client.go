@@ -50,19 +50,23 @@ type apiError struct {
 	Tools  []string        `json:"tools"`
 }
 
-func (e *apiError) Error() string {
+func (e *apiError) Error() string { return string(e.shown()) }
+
+// shown lays the error out on lines of its own, each part made safe: the
+// message and problems quote what the board declared.
+func (e *apiError) shown() shown {
 	var b strings.Builder
-	b.WriteString(e.Msg)
+	b.WriteString(safe(e.Msg))
 	for _, p := range e.Probs {
 		if !strings.Contains(e.Msg, p) {
-			b.WriteString("\n  - " + p)
+			b.WriteString("\n  - " + safe(p))
 		}
 	}
 	var ex bytes.Buffer
 	if len(e.Ex) > 0 && json.Compact(&ex, e.Ex) == nil && !strings.Contains(e.Msg, "again") {
-		b.WriteString("\n  arguments that would pass: " + ex.String())
+		b.WriteString("\n  arguments that would pass: " + safe(ex.String()))
 	}
-	return b.String()
+	return shown(b.String())
 }
 
 // exitCode maps an API error onto the CLI's exit codes.
@@ -180,13 +184,13 @@ func codeOf(err error) int {
 }
 
 func (c *cli) printJSON(v any) error {
-	enc := json.NewEncoder(c.stdout)
+	enc := json.NewEncoder(c.stdout.raw())
 	enc.SetIndent("", "  ")
 	if raw, ok := v.(json.RawMessage); ok {
 		var buf bytes.Buffer
 		if json.Indent(&buf, raw, "", "  ") == nil {
 			buf.WriteByte('\n')
-			_, err := c.stdout.Write(buf.Bytes())
+			_, err := c.stdout.raw().Write(buf.Bytes())
 			return err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 )
 
@@ -29,7 +28,7 @@ func (c *cli) devices(ctx context.Context) error {
 		return err
 	}
 	if len(list.Devices) == 0 {
-		fmt.Fprintln(c.stdout, "no boards connected")
+		c.stdout.println("no boards connected")
 		return nil
 	}
 	// In a fleet (docs/scaling.md) boards held by other nodes name their
@@ -38,21 +37,21 @@ func (c *cli) devices(ctx context.Context) error {
 	for _, b := range list.Devices {
 		fleet = fleet || b.Node != ""
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	header := "DEVICE\tALIAS\tTRANSPORT\tSTATE\tBOARD\tFIRMWARE\tTOOLS\tCONNECTED"
+	tw := c.stdout.table()
+	header := []any{"DEVICE", "ALIAS", "TRANSPORT", "STATE", "BOARD", "FIRMWARE", "TOOLS", "CONNECTED"}
 	if fleet {
-		header += "\tNODE"
+		header = append(header, "NODE")
 	}
-	fmt.Fprintln(tw, header)
+	tw.row(header...)
 	for _, b := range list.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s", b.DeviceID, dash(b.Alias), b.Transport, b.State,
-			dash(b.Board), dash(b.FirmwareVersion), b.ToolCount, ago(b.ConnectedAt))
+		cells := []any{b.DeviceID, dash(b.Alias), b.Transport, b.State,
+			dash(b.Board), dash(b.FirmwareVersion), b.ToolCount, ago(b.ConnectedAt)}
 		if fleet {
-			fmt.Fprintf(tw, "\t%s", holder(b.Node))
+			cells = append(cells, holder(b.Node))
 		}
-		fmt.Fprintln(tw)
+		tw.row(cells...)
 	}
-	return tw.Flush()
+	return tw.flush()
 }
 
 // holder names the node that holds a board: the bridge asked is "here".
@@ -103,10 +102,10 @@ func (c *cli) show(ctx context.Context, name string) error {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.stdout.table()
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			tw.row(k, v)
 		}
 	}
 	row("device", d.DeviceID)
@@ -122,10 +121,10 @@ func (c *cli) show(ctx context.Context, name string) error {
 		row("connected", d.ConnectedAt.Local().Format(time.DateTime)+" ("+ago(d.ConnectedAt)+")")
 	}
 	row("tools", fmt.Sprint(len(d.Tools)))
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(c.stdout)
+	c.stdout.println()
 	return c.printTools(d)
 }
 
@@ -143,8 +142,8 @@ func (c *cli) tools(ctx context.Context, name string) error {
 // printTools lists tools in device order: name, arguments, user-only mark
 // and the first sentence of the description.
 func (c *cli) printTools(d board) error {
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tARGUMENTS\t\tDESCRIPTION")
+	tw := c.stdout.table()
+	tw.row("TOOL", "ARGUMENTS", "", "DESCRIPTION")
 	for _, t := range d.Tools {
 		var sig []string
 		for _, p := range props(t.InputSchema) {
@@ -154,9 +153,9 @@ func (c *cli) printTools(d board) error {
 		if t.UserOnly {
 			mark = "user-only"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, dash(strings.Join(sig, " ")), mark, firstSentence(t.Description, 60))
+		tw.row(t.Name, dash(strings.Join(sig, " ")), mark, firstSentence(t.Description, 60))
 	}
-	return tw.Flush()
+	return tw.flush()
 }
 
 func firstSentence(s string, max int) string {
@@ -206,7 +205,7 @@ func (c *cli) call(ctx context.Context, boardName, toolName string, pairs []stri
 		c.printResult(res)
 	}
 	if res.IsError {
-		return &exitError{code: exitFailed, msg: t.Name + " reported an error", silent: !c.json}
+		return &exitError{code: exitFailed, msg: show(t.Name) + " reported an error", silent: !c.json}
 	}
 	return nil
 }
@@ -219,11 +218,11 @@ func (c *cli) printResult(res callResult) {
 	for _, item := range res.Content {
 		switch {
 		case item.Type == "text":
-			fmt.Fprintln(w, item.Text)
+			w.println(item.Text)
 		case item.Data != "":
-			fmt.Fprintf(w, "[%s %s, %d bytes base64; --json prints it]\n", item.Type, item.MimeType, len(item.Data))
+			w.printf("[%s %s, %d bytes base64; --json prints it]\n", item.Type, item.MimeType, len(item.Data))
 		case item.Image != "":
-			fmt.Fprintf(w, "[image, %d bytes; --json prints it]\n", len(item.Image))
+			w.printf("[image, %d bytes; --json prints it]\n", len(item.Image))
 		}
 	}
 }
@@ -249,10 +248,10 @@ func (c *cli) progress(what string) func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
-			fmt.Fprintf(c.stderr, "\r%c calling %s… %.1fs ", frames[i%4], what, time.Since(start).Seconds())
+			c.stderr.printf("\r%c calling %s… %.1fs ", frames[i%4], what, time.Since(start).Seconds())
 			select {
 			case <-done:
-				fmt.Fprint(c.stderr, "\r\033[K")
+				c.stderr.printf("\r\033[K") // the CLI's own: erase the line
 				return
 			case <-tick.C:
 			}
@@ -281,7 +280,7 @@ func (c *cli) watch(ctx context.Context) error {
 		return c.apiErr(resp.StatusCode, data)
 	}
 	if !c.json {
-		fmt.Fprintf(c.stderr, "watching %s (Ctrl-C to stop)\n", c.bridge)
+		c.stderr.printf("watching %s (Ctrl-C to stop)\n", c.bridge)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -308,7 +307,7 @@ func (c *cli) watch(ctx context.Context) error {
 
 func (c *cli) printEvent(id, event, data string) {
 	if c.json {
-		fmt.Fprintf(c.stdout, `{"id":%q,"event":%q,"data":%s}`+"\n", id, event, data)
+		fmt.Fprintf(c.stdout.raw(), `{"id":%q,"event":%q,"data":%s}`+"\n", id, event, data)
 		return
 	}
 	now := time.Now().Format("15:04:05")
@@ -322,12 +321,12 @@ func (c *cli) printEvent(id, event, data string) {
 	_ = json.Unmarshal([]byte(data), &e)
 	switch event {
 	case "online", "tools_changed":
-		fmt.Fprintf(c.stdout, "%s %-13s %s %s %s %s, %s\n", now, event, e.DeviceID, e.Transport, e.State, dash(e.Board), plural(e.ToolCount, "tool", "tools"))
+		c.stdout.printf("%s %-13s %s %s %s %s, %s\n", now, event, e.DeviceID, e.Transport, e.State, dash(e.Board), plural(e.ToolCount, "tool", "tools"))
 	case "offline":
-		fmt.Fprintf(c.stdout, "%s %-13s %s %s (%s)\n", now, event, e.DeviceID, dash(e.CloseCause), e.CloseReason)
+		c.stdout.printf("%s %-13s %s %s (%s)\n", now, event, e.DeviceID, dash(e.CloseCause), e.CloseReason)
 	case "call":
-		fmt.Fprintf(c.stdout, "%s %-13s %s %s → %s in %.1f ms\n", now, event, e.DeviceID, e.Tool, e.Code, e.DurationMS)
+		c.stdout.printf("%s %-13s %s %s → %s in %.1f ms\n", now, event, e.DeviceID, e.Tool, e.Code, e.DurationMS)
 	default:
-		fmt.Fprintf(c.stdout, "%s %-13s %s\n", now, event, data)
+		c.stdout.printf("%s %-13s %s\n", now, event, data)
 	}
 }

@@ -121,15 +121,15 @@ func (c *cli) interact(ctx context.Context, boardName, toolName string, pairs []
 		return err
 	}
 	in := readLines(c.stdin)
-	fmt.Fprintf(c.stderr, "%s on %s\n", t.Name, d.DeviceID)
+	c.stderr.printf("%s on %s\n", t.Name, d.DeviceID)
 	for {
 		if err := json.Unmarshal(raw, &step); err != nil {
 			return err
 		}
 		if step.Validation != nil && !step.Validation.Valid {
-			fmt.Fprintf(c.stderr, "  ✗ %s\n", step.Validation.Error)
+			c.stderr.printf("  ✗ %s\n", step.Validation.Error)
 			if step.Validation.Suggestion != "" {
-				fmt.Fprintf(c.stderr, "    %s\n", step.Validation.Suggestion)
+				c.stderr.printf("    %s\n", step.Validation.Suggestion)
 			}
 		}
 		pr := step.prompt()
@@ -166,7 +166,7 @@ func (c *cli) interact(ctx context.Context, boardName, toolName string, pairs []
 	switch step.State {
 	case "cancelled":
 		if !c.json {
-			fmt.Fprintln(c.stderr, step.Summary)
+			c.stderr.println(step.Summary)
 		}
 		return &exitError{code: exitNotRun, msg: "not run", silent: true}
 	case "completed":
@@ -176,7 +176,7 @@ func (c *cli) interact(ctx context.Context, boardName, toolName string, pairs []
 			if json.Unmarshal(r.Data, &res) == nil && len(res.Content) > 0 {
 				c.printResult(res)
 			} else if r.Text != "" {
-				fmt.Fprintln(c.stdout, r.Text)
+				c.stdout.println(r.Text)
 			}
 		}
 		if r != nil && !r.Success {
@@ -198,15 +198,15 @@ func (c *cli) interact(ctx context.Context, boardName, toolName string, pairs []
 func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt) (any, error) {
 	w := c.stderr
 	if p := step.Progress; p != nil && p.Total > 1 {
-		fmt.Fprintf(w, "[%d/%d] ", p.Current, p.Total)
+		w.printf("[%d/%d] ", p.Current, p.Total)
 	}
-	fmt.Fprintln(w, pr.Message)
+	w.println(pr.Message)
 	for i, ch := range pr.Choices {
 		label := ch.Label
 		if label == "" {
 			label = string(ch.Value)
 		}
-		fmt.Fprintf(w, "  %d) %s\n", i+1, label)
+		w.printf("  %d) %s\n", i+1, label)
 	}
 	label := pr.Property
 	if r := pr.Validation; r != nil && (r.Min != nil || r.Max != nil) && pr.Type == "number" {
@@ -222,10 +222,10 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 		}
 	}
 	for {
-		fmt.Fprintf(w, "%s> ", label)
+		w.printf("%s> ", label)
 		line, err := in.next(ctx)
 		if err != nil {
-			fmt.Fprintln(w)
+			w.println()
 			return nil, err
 		}
 		line = strings.TrimSpace(line)
@@ -237,7 +237,7 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 			if b, ok := yesNo(line); ok {
 				return b, nil
 			}
-			fmt.Fprintln(w, "  answer yes or no")
+			w.println("  answer yes or no")
 			continue
 		case "number":
 			if f, err := strconv.ParseFloat(line, 64); err == nil {

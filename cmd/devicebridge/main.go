@@ -60,8 +60,9 @@ exit codes: 0 done, 1 call failed, 2 usage, 3 no such board or tool, 4 arguments
 
 // cli is one invocation: its streams, environment and options.
 type cli struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
+	stdin io.Reader
+	// stdout and stderr escape what boards send (see screen).
+	stdout, stderr *screen
 	bridge, token  string
 	json           bool
 	// stderrTTY says whether stderr is a terminal (progress indicator).
@@ -71,7 +72,7 @@ type cli struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
+	c := &cli{stdin: os.Stdin, stdout: newScreen(os.Stdout), stderr: newScreen(os.Stderr), stderrTTY: isTerminal(os.Stderr)}
 	code := c.run(ctx, os.Args[1:], os.Getenv)
 	if ctx.Err() != nil && code != exitOK {
 		code = exitInterrupted
@@ -113,7 +114,7 @@ func (c *cli) run(ctx context.Context, args []string, getenv func(string) string
 		case strings.HasPrefix(a, "--bridge="):
 			c.bridge = strings.TrimPrefix(a, "--bridge=")
 		case a == "-h" || a == "--help" || a == "help":
-			fmt.Fprint(c.stdout, usage)
+			c.stdout.printf("%s", shown(usage))
 			return exitOK
 		case strings.HasPrefix(a, "-") && len(a) > 1 && !strings.Contains(a, "="):
 			return c.fail(usageError(fmt.Sprintf("unknown flag %s (devicebridge --help lists them)", a)))
@@ -126,7 +127,7 @@ func (c *cli) run(ctx context.Context, args []string, getenv func(string) string
 		c.bridge = "http://" + c.bridge
 	}
 	if len(pos) == 0 {
-		fmt.Fprint(c.stderr, usage)
+		c.stderr.printf("%s", shown(usage))
 		return exitUsage
 	}
 	cmd, rest := pos[0], pos[1:]
@@ -173,19 +174,21 @@ func (c *cli) fail(err error) int {
 	if e, ok := err.(*exitError); ok && e.silent {
 		return e.code
 	}
-	fmt.Fprintln(c.stderr, "devicebridge: "+err.Error())
+	c.stderr.printf("devicebridge: %s\n", err)
 	return codeOf(err)
 }
 
 // exitError is an error with its exit code; silent ones were reported.
 type exitError struct {
 	code   int
-	msg    string
+	msg    shown
 	silent bool
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Error() string { return string(e.msg) }
+func (e *exitError) shown() shown  { return e.msg }
 
+// errf formats an exitError like screen.printf: its values are made safe.
 func errf(code int, format string, args ...any) error {
-	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+	return &exitError{code: code, msg: shown(fmt.Sprintf(format, shownArgs(args)...))}
 }

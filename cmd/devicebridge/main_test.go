@@ -152,7 +152,7 @@ func (s *syncBuffer) String() string {
 func runCLI(t *testing.T, ctx context.Context, env map[string]string, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut syncBuffer
-	c := &cli{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}
+	c := &cli{stdin: strings.NewReader(stdin), stdout: newScreen(&out), stderr: newScreen(&errOut)}
 	code := c.run(ctx, args, func(k string) string { return env[k] })
 	return code, out.String(), errOut.String()
 }
@@ -258,7 +258,7 @@ func TestCommands(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var out, errOut syncBuffer
-		c := &cli{stdout: &out, stderr: &errOut}
+		c := &cli{stdout: newScreen(&out), stderr: newScreen(&errOut)}
 		done := make(chan int, 1)
 		go func() { done <- c.run(wctx, []string{"watch"}, func(k string) string { return env[k] }) }()
 		require.Eventually(t, func() bool { return strings.Contains(errOut.String(), "watching") }, 5*time.Second, 10*time.Millisecond)

@@ -8,6 +8,9 @@
 //   - a call with a missing argument completes through the prompts, after a
 //     refused answer;
 //   - a tool that needs confirmation and is declined sends nothing;
+//   - a board whose arguments are named addEventListener, __proto__ and
+//     other members of forms and objects (clobber.yaml) keeps its tools on
+//     the page, and every argument reaches it, through a prompt too;
 //   - in a fleet of two bridges on one NATS (nats-server on PATH, or
 //     $NATS_SERVER, run from configs/nats-fleet.conf: credentials
 //     required), node b lists node a's boards and names their node.
@@ -128,7 +131,7 @@ try {
   const detail = await getJSON('/api/devices/02:00:00:00:00:01');
   check(names.join() === detail.tools.map((t) => t.name).join(), `tools in device order (${names.length})`);
   check(await page.isVisible('.tool[data-tool="self.reboot"] .badge.user'), 'user-only tools are marked');
-  await page.fill(`${vol} input[name="volume"]`, '35');
+  await page.fill(`${vol} input[data-arg="volume"]`, '35');
   await page.click(`${vol} button[type="submit"]`);
   await page.waitForSelector(`${vol} .result [data-state="completed"]`, { timeout: T });
   const status = async () => {
@@ -139,7 +142,7 @@ try {
   await page.screenshot({ path: join(out, 'board.png'), fullPage: true });
 
   // A call missing its argument completes through the prompts.
-  await page.fill(`${vol} input[name="volume"]`, '');
+  await page.fill(`${vol} input[data-arg="volume"]`, '');
   await page.click(`${vol} form[data-tool] button[type="submit"]`);
   await page.waitForSelector(`${vol} form.prompt[data-prompt="volume"]`, { timeout: T });
   check((await page.textContent(`${vol} form.prompt`)).includes('Step 1 of 1'), 'the missing volume is asked, with progress');
@@ -172,6 +175,37 @@ try {
   await page.waitForSelector(`${info} .result img[src^="data:image/png;base64,"]`, { timeout: T });
   check((await page.textContent(`${info} .result pre`)).includes('"w": 1'), 'image results show as images, JSON text pretty-printed');
   await page.unroute('**/api/devices/*/interactions');
+
+  // A board whose argument names are names of form and object members:
+  // its tools stay on the page and every argument reaches the board, the
+  // one left empty through a prompt whose input has that name too.
+  const clob = start(join(out, 'simulator'), ['--url', `ws://127.0.0.1:${dp}/xiaozhi/v1/`, '--mac-prefix', '02:00:0c',
+    '--count', '1', '--profile', join(repo, 'console', 'test', 'clobber.yaml'), '--log-level', 'warn'], 'clobber simulator');
+  procs.push(clob);
+  await until('the clobber board', async () => (await getJSON('/api/devices/02:00:0c:00:00:01')).state === 'ready');
+  await page.goto(base + '/#/board/' + encodeURIComponent('02:00:0c:00:00:01'));
+  const clobSet = '.tool[data-tool="self.clobber.set"]';
+  await page.waitForSelector(clobSet, { timeout: T });
+  const clobTools = await page.$$eval('.tool h3', (hs) => hs.map((h) => h.firstChild.textContent));
+  check(clobTools.join() === 'self.clobber.set,self.clobber.get_proto',
+    'arguments named addEventListener, __proto__… leave the board\'s tools on the page');
+  const clobArgs = await page.$$eval(`${clobSet} form[data-tool] [data-arg]`, (xs) => xs.map((x) => x.dataset.arg));
+  check(clobArgs.length === 11 && clobArgs.includes('__proto__') && clobArgs.includes('addEventListener'),
+    'every argument has its input: ' + clobArgs.join(', '));
+  // Pairs, not an object literal: {__proto__: …} would set a prototype.
+  for (const [k, v] of [['__proto__', 'kept'], ['constructor', 'c'], ['toString', '3'], ['elements', 'e'], ['action', 'a'],
+    ['name', 'n'], ['id', 'i'], ['length', '2'], ['querySelectorAll', 'q']]) {
+    await page.fill(`${clobSet} form[data-tool] [data-arg="${k}"]`, v);
+  }
+  await page.click(`${clobSet} form[data-tool] button[type="submit"]`);
+  await page.waitForSelector(`${clobSet} form.prompt[data-prompt="addEventListener"]`, { timeout: T });
+  await page.fill(`${clobSet} form.prompt [data-arg="addEventListener"]`, '7');
+  await page.click(`${clobSet} form.prompt button[data-answer="submit"]`);
+  await page.waitForSelector(`${clobSet} .result [data-state="completed"]`, { timeout: T });
+  const proto = await postJSON('/api/devices/02:00:0c:00:00:01/call', { name: 'self.clobber.get_proto' });
+  check(proto.content[0].text === 'kept', 'the __proto__ argument reached the board as an argument, after a prompt for addEventListener');
+  await page.screenshot({ path: join(out, 'board-clobber.png'), fullPage: true });
+  await stop(clob);
 
   // The event log and the metrics saw the calls.
   await page.waitForFunction(() => Number(document.getElementById('m-rate').textContent) > 0, null, { timeout: T });

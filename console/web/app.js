@@ -4,7 +4,14 @@
 // log and call metrics computed from the same event stream.
 //
 // Everything a board sends (names, descriptions, results) is untrusted and
-// is only ever put into the page as text (textContent), never as HTML.
+// is only ever put into the page as text (textContent), never as HTML. Nor
+// does a board's text ever become a name or id in the page, or a key of a
+// plain object: a form control named "addEventListener" would replace the
+// form's own method (DOM clobbering), and an argument named "__proto__"
+// would set an object's prototype instead of a property. Inputs are kept
+// by reference and marked with data-arg; board-keyed objects have no
+// prototype. Values from a board's schema may be of any JSON type (an
+// object whose "toString" is data, say): they become text through str.
 'use strict';
 
 const state = {
@@ -17,6 +24,13 @@ const state = {
 
 const $ = (id) => document.getElementById(id);
 
+// str turns any JSON value into text without calling a method of it.
+function str(v) {
+  if (typeof v === 'string') return v;
+  if (v === undefined) return '';
+  return JSON.stringify(v);
+}
+
 // sentence ends a message with a full stop when it has none, so an error
 // and its suggestion read as two sentences.
 function sentence(s) { return /[.!?]$/.test(s) ? s : s + '.'; }
@@ -26,11 +40,11 @@ function el(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = v;
+    else if (k === 'text') e.textContent = str(v);
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
-    else e.setAttribute(k, v === true ? '' : String(v));
+    else e.setAttribute(k, v === true ? '' : str(v));
   }
-  for (const c of children) if (c !== null && c !== undefined) e.append(c);
+  for (const c of children) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : str(c));
   return e;
 }
 
@@ -281,10 +295,12 @@ function renderBoard() {
   $('b-tools').replaceChildren(...d.tools.map(toolCard));
 }
 
+// schemaProps lists a tool's arguments from whatever its board declared.
 function schemaProps(schema) {
-  const s = schema || {};
-  const req = new Set(s.required || []);
-  return Object.entries(s.properties || {}).map(([name, p]) => ({ name, p: p || {}, required: req.has(name) }));
+  const s = schema && typeof schema === 'object' ? schema : {};
+  const req = new Set(Array.isArray(s.required) ? s.required : []);
+  const props = s.properties && typeof s.properties === 'object' ? s.properties : {};
+  return Object.entries(props).map(([name, p]) => ({ name, p: p && typeof p === 'object' ? p : {}, required: req.has(name) }));
 }
 
 function toolCard(tool) {
@@ -296,7 +312,7 @@ function toolCard(tool) {
     el('div', { class: 'fields' }, ...fields.map((f) => f.node), run));
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    const args = {};
+    const args = Object.create(null); // keyed by the board's names
     for (const f of fields) {
       const v = f.value();
       if (v.error) { out.replaceChildren(el('p', { class: 'err', text: v.error })); return; }
@@ -319,20 +335,20 @@ function toolCard(tool) {
 // range, enums as selects, booleans as toggles, anything else as JSON.
 function fieldFor({ name, p, required }) {
   const type = Array.isArray(p.type) ? p.type.find((t) => t !== 'null') : p.type;
-  const label = el('span', { text: name + (p.description ? ' — ' + p.description : '') }, required ? el('b', { class: 'req', text: ' *' }) : null);
+  const label = el('span', { text: name + (p.description ? ' — ' + str(p.description) : '') }, required ? el('b', { class: 'req', text: ' *' }) : null);
   const has = p.default !== undefined;
   let input, read;
   if (type === 'boolean') {
-    input = el('input', { type: 'checkbox', name, checked: has && p.default === true });
+    input = el('input', { type: 'checkbox', 'data-arg': name, checked: has && p.default === true });
     return { name, node: el('label', { class: 'field toggle' }, input, label), value: () => ({ set: true, value: input.checked }) };
   }
   if (Array.isArray(p.enum)) {
-    input = el('select', { name }, required && !has ? null : el('option', { value: '', text: has ? '' : '(none)' }),
-      ...p.enum.map((v) => el('option', { value: JSON.stringify(v), text: String(v), selected: has && v === p.default })));
+    input = el('select', { 'data-arg': name }, required && !has ? null : el('option', { value: '', text: has ? '' : '(none)' }),
+      ...p.enum.map((v) => el('option', { value: JSON.stringify(v), text: str(v), selected: has && v === p.default })));
     if (required && !has) input.prepend(el('option', { value: '', text: '(choose)', selected: true }));
     read = () => input.value === '' ? { set: false } : { set: true, value: JSON.parse(input.value) };
   } else if (type === 'integer' || type === 'number') {
-    input = el('input', { type: 'number', name, min: p.minimum, max: p.maximum, step: type === 'integer' ? 1 : 'any',
+    input = el('input', { type: 'number', 'data-arg': name, min: p.minimum, max: p.maximum, step: type === 'integer' ? 1 : 'any',
       value: has ? p.default : undefined, placeholder: rangeText(p) });
     read = () => {
       if (input.value.trim() === '') return { set: false };
@@ -340,11 +356,11 @@ function fieldFor({ name, p, required }) {
       return Number.isFinite(n) ? { set: true, value: n } : { error: name + ' must be a number' };
     };
   } else if (type === 'string') {
-    input = el('input', { type: p.format === 'date' ? 'date' : 'text', name, value: has ? p.default : undefined,
-      placeholder: p.pattern ? 'pattern ' + p.pattern : '' });
+    input = el('input', { type: p.format === 'date' ? 'date' : 'text', 'data-arg': name, value: has ? p.default : undefined,
+      placeholder: p.pattern ? 'pattern ' + str(p.pattern) : '' });
     read = () => input.value === '' ? { set: false } : { set: true, value: input.value };
   } else {
-    input = el('textarea', { name, rows: 2, placeholder: 'JSON' });
+    input = el('textarea', { 'data-arg': name, rows: 2, placeholder: 'JSON' });
     if (has) input.value = JSON.stringify(p.default);
     read = () => {
       if (input.value.trim() === '') return { set: false };
@@ -355,9 +371,9 @@ function fieldFor({ name, p, required }) {
 }
 
 function rangeText(p) {
-  if (p.minimum !== undefined && p.maximum !== undefined) return p.minimum + '–' + p.maximum;
-  if (p.minimum !== undefined) return '≥ ' + p.minimum;
-  if (p.maximum !== undefined) return '≤ ' + p.maximum;
+  if (p.minimum !== undefined && p.maximum !== undefined) return str(p.minimum) + '–' + str(p.maximum);
+  if (p.minimum !== undefined) return '≥ ' + str(p.minimum);
+  if (p.maximum !== undefined) return '≤ ' + str(p.maximum);
   return '';
 }
 
@@ -412,22 +428,22 @@ function ask(step, pr, out) {
           el('button', { type: 'button', 'data-answer': 'no', text: 'No', onclick: () => resolve({ value: false }) }));
         break;
       case 'choice':
-        input = el('select', { name: pr.property }, ...(pr.choices || []).map((c) =>
-          el('option', { value: JSON.stringify(c.value), text: c.label || String(c.value), selected: def !== undefined && JSON.stringify(def) === JSON.stringify(c.value) })));
+        input = el('select', { 'data-arg': pr.property }, ...(pr.choices || []).map((c) =>
+          el('option', { value: JSON.stringify(c.value), text: c.label || str(c.value), selected: def !== undefined && JSON.stringify(def) === JSON.stringify(c.value) })));
         read = () => JSON.parse(input.value);
         break;
       case 'number':
-        input = el('input', { type: 'number', name: pr.property, min: rules.min, max: rules.max, step: rules.integer ? 1 : 'any', value: def,
+        input = el('input', { type: 'number', 'data-arg': pr.property, min: rules.min, max: rules.max, step: rules.integer ? 1 : 'any', value: def,
           placeholder: rules.min !== undefined && rules.max !== undefined ? rules.min + '–' + rules.max : '' });
         read = () => input.value.trim() === '' ? null : Number(input.value);
         break;
       case 'custom':
-        input = el('textarea', { name: pr.property, rows: 2, placeholder: 'JSON' });
+        input = el('textarea', { 'data-arg': pr.property, rows: 2, placeholder: 'JSON' });
         if (def !== undefined) input.value = JSON.stringify(def);
         read = () => { try { return JSON.parse(input.value); } catch (_) { return input.value; } };
         break;
       default: // text, date
-        input = el('input', { type: pr.type === 'date' ? 'date' : 'text', name: pr.property, value: def, placeholder: pr.placeholder });
+        input = el('input', { type: pr.type === 'date' ? 'date' : 'text', 'data-arg': pr.property, value: def, placeholder: pr.placeholder });
         read = () => input.value;
     }
     const cancel = el('button', { type: 'button', 'data-answer': 'cancel', text: 'Cancel', onclick: () => resolve({ cancel: true }) });
