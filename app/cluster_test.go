@@ -413,13 +413,15 @@ func TestRoutedCallMetrics(t *testing.T) {
 	// b dies without a word; a still lists its board (the window is long)
 	// and its call finds nobody answering: offline, counted as no responder.
 	bCalls := cluster.DefaultPrefix + ".call.b.any"
-	require.True(t, srv.GlobalAccount().SubscriptionInterest(bCalls), "b takes calls")
+	fleet, err := srv.LookupAccount(natstest.Account)
+	require.NoError(t, err)
+	require.True(t, fleet.SubscriptionInterest(bCalls), "b takes calls")
 	b.Cluster().Abandon()
 	// Wait for what the call depends on, nobody subscribed to b's calls,
 	// not for NATS's client count: nats-server drops a closed client from
 	// that count before it removes the client's subscriptions.
 	require.Eventually(t, func() bool {
-		return !srv.GlobalAccount().SubscriptionInterest(bCalls)
+		return !fleet.SubscriptionInterest(bCalls)
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, http.StatusBadGateway, callStatus(t, baseA, "0b:00:00:00:00:05"), "offline")
 	mA, mB = scrapeMetrics(t, http.DefaultClient, baseA), scrapeMetrics(t, http.DefaultClient, baseB)

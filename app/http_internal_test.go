@@ -48,7 +48,7 @@ func TestLimitsConfig(t *testing.T) {
 		{"http:\n  control_max_connections: 0\n", "http.control_max_connections 0: use a whole number from 1 to 1048576; default 1024"},
 		{"http:\n  device_max_connections: -1\n", "http.device_max_connections -1: use a whole number from 1 to 16777216; default 20480"},
 		{"http:\n  device_max_connections: 100\n", "http.device_max_connections 100 is below websocket.max_connections 16384"},
-		{"mcp:\n  max_sessions: -3\n", "mcp.max_sessions -3: use 1 or more (0 means the default, 1024)"},
+		{"mcp:\n  max_sessions: -3\n", "mcp.max_sessions -3: use a whole number from 1 to 1048576; default 1024"},
 		{"mcp:\n  max_sessions_per_client: -1\n", "mcp.max_sessions_per_client -1"},
 	} {
 		require.NoError(t, os.WriteFile(path, []byte(bad.file), 0o600))

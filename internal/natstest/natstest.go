@@ -30,6 +30,9 @@ const (
 // a test that watches the fleet's raw subjects ($KV....) uses it. It is not
 // part of the documented configuration.
 const (
+	// Account is the fleet's account in configs/nats-fleet.conf.
+	Account = "DEVICEBRIDGE"
+
 	Observer         = "natstest-observer"
 	ObserverPassword = "natstest-observer-password"
 )
