@@ -402,6 +402,10 @@ func TestMQTTConfig(t *testing.T) {
 		"nobody admitted":   func(c *MQTTConfig) { f := false; c.Auth.AllowAnonymous = &f },
 		"bad advertise":     func(c *MQTTConfig) { c.UDP.Advertise = "host:notaport" },
 		"missing ca file":   func(c *MQTTConfig) { c.TLS.CAFile = "/nonexistent/ca.pem" },
+		"negative rate":     func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.Rate = -1 },
+		"negative burst":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.Burst = -1 },
+		"negative grace":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.FloodGrace = -time.Second },
+		"negative inbox":    func(c *MQTTConfig) { c.InboxSize = -1 },
 	} {
 		c := Default()
 		mutate(&c.MQTT)
@@ -456,6 +460,7 @@ func TestMQTTConfigKeys(t *testing.T) {
   client_writes_pending: 64
   connect_packet_timeout: 5s
   inbox_size: 8
+  board_limits: {rate: 5, burst: 10, flood_grace: 3s}
   keepalive: 20s
   max_reconnect_interval: 3s
   connect_timeout: 4s
@@ -474,6 +479,7 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Liveness:             mqtt.LivenessConfig{Interval: 90 * time.Second, Timeout: 7 * time.Second, Misses: 4},
 		MaxMessageSize:       1000,
 		InboxSize:            8,
+		BoardLimits:          mqtt.BoardLimits{Rate: 5, Burst: 10, FloodGrace: 3 * time.Second},
 		KeepAlive:            20 * time.Second,
 		MaxReconnectInterval: 3 * time.Second,
 		ConnectTimeout:       4 * time.Second,
@@ -499,4 +505,6 @@ func TestMQTTConfigKeys(t *testing.T) {
 	assert.Equal(t, def.MaxPacketSize, shipped.MQTT.MaxPacketSize)
 	assert.Equal(t, def.KeepAlive, shipped.MQTT.KeepAlive)
 	assert.Equal(t, def.RecoverWindow, shipped.MQTT.RecoverWindow)
+	assert.Equal(t, def.GatewayConfig.BoardLimits, shipped.MQTT.GatewayConfig.BoardLimits)
+	assert.Equal(t, def.InboxSize, shipped.MQTT.InboxSize)
 }
