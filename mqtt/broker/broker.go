@@ -21,6 +21,13 @@
 //   - Presence: connects and disconnects are reported to the bridge through
 //     the mqtt.Presence interface, so boards are initialized as soon as
 //     they connect and marked offline as soon as they leave.
+//   - Floods: a board's publish is routed only within its rate
+//     (mqtt.BoardLimits) and its share of the queue towards the gateway; a
+//     board over its rate for the flood grace is disconnected and refused
+//     for as long (flood.go).
+//
+// Locks: Broker.mu and connListener.mu are never held together; the log
+// throttles' locks are leaves.
 //
 // The bridge's own gateway connects like any client, over a loopback-only
 // listener, with credentials generated at start-up; nothing on the board
@@ -79,6 +86,13 @@ type Stats struct {
 	// Dropped counts messages dropped because a client's outbound queue
 	// was full.
 	Dropped int64
+	// RateLimited counts board publishes dropped for going over the
+	// board's rate (mqtt.board_limits); QueueFull those dropped because the
+	// board already had its share of the queue to the gateway waiting.
+	RateLimited, QueueFull int64
+	// CutOff counts boards disconnected for flooding past the grace;
+	// RefusedCutOff their reconnects refused while cut off.
+	CutOff, RefusedCutOff int64
 }
 
 // Broker is the embedded MQTT broker. It implements mqtt.Presence.
@@ -103,8 +117,12 @@ type Broker struct {
 	started   bool
 	quiet     atomic.Bool // silences mochi's own logging after Close
 
-	connects, disconnects, refusedID, refusedAuth atomic.Int64
-	deniedPub, deniedRead, attributed, dropped    atomic.Int64
+	connects, disconnects, refusedID, refusedAuth  atomic.Int64
+	deniedPub, deniedRead, attributed, dropped     atomic.Int64
+	rateLimited, queueFull, cutOffs, refusedCutOff atomic.Int64
+
+	cut   map[string]cutOffEntry // boards cut off for flooding (under mu)
+	warns warnings
 }
 
 type boardEntry struct {
@@ -132,6 +150,7 @@ func New(cfg Config, logger *zap.Logger) (*Broker, error) {
 		up:      mqtt.MustTemplate(cfg.Topics.Uplink),
 		down:    mqtt.MustTemplate(cfg.Topics.Downlink),
 		boards:  map[string]*boardEntry{},
+		cut:     map[string]cutOffEntry{},
 		changed: make(chan struct{}, 1),
 		gateway: Credentials{
 			ClientID: "devicebridge-gateway-" + hex.EncodeToString(id[:4]),
@@ -260,6 +279,8 @@ func (b *Broker) Stats() Stats {
 		RefusedClientID: b.refusedID.Load(), RefusedAuth: b.refusedAuth.Load(),
 		DeniedPublish: b.deniedPub.Load(), DeniedRead: b.deniedRead.Load(),
 		Attributed: b.attributed.Load(), Dropped: b.dropped.Load(),
+		RateLimited: b.rateLimited.Load(), QueueFull: b.queueFull.Load(),
+		CutOff: b.cutOffs.Load(), RefusedCutOff: b.refusedCutOff.Load(),
 	}
 }
 

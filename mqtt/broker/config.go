@@ -101,6 +101,13 @@ type Config struct {
 	// when Auth configures none and would admit anonymous boards
 	// (admission is on). Wired by the bridge, not a file key.
 	RequireCredentials bool `yaml:"-"`
+	// BoardLimits bounds how fast one board may publish. Like Topics it is
+	// the gateway's (mqtt.board_limits), handed over by whoever embeds
+	// both configs.
+	BoardLimits mqtt.BoardLimits `yaml:"-"`
+	// BoardQueue bounds one board's messages waiting in the queue towards
+	// the bridge's gateway: the gateway's mqtt.inbox_size, handed over.
+	BoardQueue int `yaml:"-"`
 }
 
 // CredentialVerifier checks the MQTT username and password issued to one
@@ -124,10 +131,14 @@ func (c Config) WithDefaults() Config {
 	if c.ConnectPacketTimeout <= 0 {
 		c.ConnectPacketTimeout = DefaultConnectPacketTimeout
 	}
+	c.BoardLimits = c.BoardLimits.WithDefaults()
+	if c.BoardQueue <= 0 {
+		c.BoardQueue = mqtt.DefaultInboxSize
+	}
 	return c
 }
 
 // Validate reports configuration mistakes.
 func (c Config) Validate() error {
-	return errors.Join(c.Topics.Validate(), c.Auth.Validate())
+	return errors.Join(c.Topics.Validate(), c.Auth.Validate(), c.BoardLimits.Validate())
 }
