@@ -427,6 +427,11 @@ func TestMQTTConfig(t *testing.T) {
 	assert.Equal(t, "10.0.0.2", cfg.MQTT.UDP.Advertise)
 	_, err = ParseArgs("bridge", []string{"--mqtt-user", "nopassword"})
 	assert.Error(t, err)
+	cfg, err = ParseArgs("bridge", []string{"--mqtt-board-rate", "2.5", "--mqtt-board-burst", "7"})
+	require.NoError(t, err)
+	assert.Equal(t, mqtt.BoardLimits{Rate: 2.5, Burst: 7, FloodGrace: mqtt.DefaultFloodGrace}, cfg.MQTT.embeddedBroker().BoardLimits)
+	_, err = ParseArgs("bridge", []string{"--mqtt-board-rate", "-1"})
+	assert.ErrorContains(t, err, "mqtt.board_limits.rate -1")
 
 	path := t.TempDir() + "/bridge.yaml"
 	require.NoError(t, os.WriteFile(path, []byte("mqtt:\n  broker: tcp://10.0.0.5:1883\n  liveness: {interval: 30s, misses: 5}\n  topics: {shared: []}\n"), 0o600))
@@ -491,6 +496,7 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Listen: ":1884", Topics: gw.Topics,
 		Auth:          broker.AuthConfig{Users: []broker.User{{Username: "u", Password: "p"}}, HMACSecret: "s", AllowAnyClientID: true},
 		MaxPacketSize: 2000, ClientWritesPending: 64, ConnectPacketTimeout: 5 * time.Second,
+		BoardLimits: gw.BoardLimits, BoardQueue: 8,
 	}, br)
 
 	// The shipped file spells out the defaults.
