@@ -107,12 +107,14 @@ func TestFloodingBoardsCostOnlyThemselves(t *testing.T) {
 	before := sent()
 	require.Eventually(t, func() bool { return sent() >= before+10_000 }, wait, tick, "flood still under way")
 
-	st := br.broker.Stats()
-	assert.Positive(t, st.RateLimited, "flooders were held to their rate")
+	var dropped int64
+	require.Eventually(t, func() bool {
+		st := br.broker.Stats()
+		dropped = st.RateLimited + st.QueueFull + st.Dropped
+		return dropped > 10_000 && st.RateLimited > 0
+	}, wait, tick, "the broker dropped the flood")
 	// One line per kind of warning and interval, whichever board, however
 	// many messages.
-	dropped := st.RateLimited + st.QueueFull + st.Dropped
-	assert.Greater(t, dropped, int64(10_000))
 	assert.Less(t, warnings(logs), 30, "warnings logged for %d dropped messages", dropped)
 }
 
@@ -193,15 +195,15 @@ func TestMosquittoFloodingBoard(t *testing.T) {
 	info := s.Info()
 	assert.Equal(t, device.CauseRefused, info.CloseCause)
 	assert.Contains(t, info.CloseReason, mqtt.ErrPublishFlood.Error())
-	// Its flood goes on and is ignored, without bringing it back.
-	require.Eventually(t, func() bool { return br.gw.Stats().Muted > 1000 }, wait, tick, "flood ignored")
-	assert.False(t, br.listed(flooder.MAC()))
+	// Its flood goes on and is ignored for the grace (after which it is
+	// heard again, and cut off again if it still floods).
+	require.Eventually(t, func() bool { return br.gw.Stats().Muted > 100 }, wait, tick, "flood ignored")
 	br.mustCall(healthy.MAC(), "self.audio_speaker.set_volume", map[string]any{"volume": 42})
 	assert.Equal(t, 42, healthy.State()["audio_speaker.volume"])
 
 	st := br.gw.Stats()
 	assert.Positive(t, st.RateLimited)
-	assert.EqualValues(t, 1, st.CutOff)
+	assert.GreaterOrEqual(t, st.CutOff, int64(1))
 	assert.Less(t, warnings(logs), 30, "warnings logged for %d dropped messages", st.RateLimited+st.Muted)
 }
 
