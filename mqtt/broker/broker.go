@@ -93,6 +93,10 @@ type Stats struct {
 	// CutOff counts boards disconnected for flooding past the grace;
 	// RefusedCutOff their reconnects refused while cut off.
 	CutOff, RefusedCutOff int64
+	// RefusedSockets counts sockets closed on arrival because the board
+	// listener held max_connections sockets, or max_pending_connects not
+	// yet admitted.
+	RefusedSockets int64
 }
 
 // Broker is the embedded MQTT broker. It implements mqtt.Presence.
@@ -120,6 +124,7 @@ type Broker struct {
 	connects, disconnects, refusedID, refusedAuth  atomic.Int64
 	deniedPub, deniedRead, attributed, dropped     atomic.Int64
 	rateLimited, queueFull, cutOffs, refusedCutOff atomic.Int64
+	refusedSockets                                 atomic.Int64
 
 	cut   map[string]cutOffEntry // boards cut off for flooding (under mu)
 	warns warnings
@@ -194,7 +199,7 @@ func (b *Broker) Start() error {
 		_ = b.srv.Close()
 		return fmt.Errorf("%w on %s: %w", ErrListen, b.cfg.Listen, err)
 	}
-	b.conns = newConnListener(ln, b.cfg.ConnectPacketTimeout)
+	b.conns = newConnListener(ln, b.cfg.ConnectPacketTimeout, b.cfg.MaxConnections, b.cfg.MaxPendingConnects, b.refusedSocket)
 	b.public = listeners.NewNet(boardListener, b.conns)
 	if err := b.srv.AddListener(b.public); err != nil {
 		_ = b.conns.Close()
@@ -281,6 +286,7 @@ func (b *Broker) Stats() Stats {
 		Attributed: b.attributed.Load(), Dropped: b.dropped.Load(),
 		RateLimited: b.rateLimited.Load(), QueueFull: b.queueFull.Load(),
 		CutOff: b.cutOffs.Load(), RefusedCutOff: b.refusedCutOff.Load(),
+		RefusedSockets: b.refusedSockets.Load(),
 	}
 }
 
@@ -346,3 +352,11 @@ func (b *Broker) boardDisconnected(cl *mochi.Client, ci mqtt.ClientIdentity, err
 }
 
 var errReplacedByNewConnection = errors.New("board connected again under another client id")
+
+// refusedSocket counts and reports a socket the board listener turned away.
+func (b *Broker) refusedSocket(limit string) {
+	b.refusedSockets.Add(1)
+	b.warns.refusedSocket.Warn(b.log, "refused an MQTT connection: the board listener is full",
+		zap.String("limit", limit), zap.Int("max_connections", b.cfg.MaxConnections),
+		zap.Int("max_pending_connects", b.cfg.MaxPendingConnects))
+}

@@ -265,5 +265,5 @@ type warnings struct {
 	refusedID, refusedAuth, refusedCutOff logthrottle.Throttle
 	deniedPub, deniedRead, notReading     logthrottle.Throttle
 	gatewayBehind, rateLimited            logthrottle.Throttle
-	queueShare, cutOff                    logthrottle.Throttle
+	queueShare, cutOff, refusedSocket     logthrottle.Throttle
 }

@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"errors"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -205,4 +207,45 @@ func TestFloodOfDeniedPublishesIsCutOff(t *testing.T) {
 	})
 	assert.ErrorIs(t, b.Departure(board.DeviceID, board.Gen), mqtt.ErrPublishFlood)
 	assert.NoError(t, b.Departure(board.DeviceID, board.Gen+1), "another connection of the board")
+}
+
+// TestBoardListenerBounds: the board listener holds at most
+// max_pending_connects sockets that have not been admitted and
+// max_connections in all; a socket past either is closed at once and
+// counted, and admitted boards free their pending place.
+func TestBoardListenerBounds(t *testing.T) {
+	b := startBrokerWith(t, Config{MaxConnections: 3, MaxPendingConnects: 2}, nil)
+	addr := b.Addr().String()
+	silent := func() net.Conn {
+		c, err := net.DialTimeout("tcp", addr, wait)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	closedByBroker := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	open := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { o, _ := b.conns.open(); return o == n }, wait, 5*time.Millisecond)
+	}
+
+	s1 := silent()
+	silent()
+	open(2)
+	assert.True(t, closedByBroker(silent()), "a third socket not admitted is refused")
+	assert.EqualValues(t, 1, b.Stats().RefusedSockets)
+
+	_ = s1.Close()
+	open(1)
+	for _, id := range []string{"GID_test@@@02_00_00_00_0f_41@@@a", "GID_test@@@02_00_00_00_0f_42@@@b"} {
+		c, code := floodtest.Connect(t, addr, id)
+		require.Zero(t, code)
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	open(3)
+	assert.True(t, closedByBroker(silent()), "a fourth socket is refused")
+	assert.EqualValues(t, 2, b.Stats().RefusedSockets)
 }

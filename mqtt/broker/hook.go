@@ -98,7 +98,12 @@ func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 
 // OnConnectAuthenticate checks credentials. A false return makes mochi send
 // CONNACK "not authorized" and close the connection.
-func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) (ok bool) {
+	defer func() {
+		if tc, tracked := cl.Net.Conn.(*trackedConn); ok && tracked {
+			tc.admitted() // before the CONNACK: no longer a pending socket
+		}
+	}()
 	st, ok := h.identify(cl)
 	if !ok {
 		return false
