@@ -107,7 +107,11 @@ func (c MQTTConfig) validate() error {
 		if err := gw.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := c.Auth.Validate(); err != nil {
+		// The broker's own keys; topics and board limits are the gateway's,
+		// checked above.
+		bc := c.embeddedBroker()
+		bc.Topics, bc.BoardLimits = mqtt.DefaultTopics(), mqtt.BoardLimits{}
+		if err := bc.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -406,6 +406,8 @@ func TestMQTTConfig(t *testing.T) {
 		"negative burst":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.Burst = -1 },
 		"negative grace":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.FloodGrace = -time.Second },
 		"negative inbox":    func(c *MQTTConfig) { c.InboxSize = -1 },
+		"negative max conn": func(c *MQTTConfig) { c.MaxConnections = -1 },
+		"negative pending":  func(c *MQTTConfig) { c.MaxPendingConnects = -1 },
 	} {
 		c := Default()
 		mutate(&c.MQTT)
@@ -464,6 +466,8 @@ func TestMQTTConfigKeys(t *testing.T) {
   max_packet_size: 2000
   client_writes_pending: 64
   connect_packet_timeout: 5s
+  max_connections: 100
+  max_pending_connects: 10
   inbox_size: 8
   board_limits: {rate: 5, burst: 10, flood_grace: 3s}
   keepalive: 20s
@@ -496,6 +500,7 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Listen: ":1884", Topics: gw.Topics,
 		Auth:          broker.AuthConfig{Users: []broker.User{{Username: "u", Password: "p"}}, HMACSecret: "s", AllowAnyClientID: true},
 		MaxPacketSize: 2000, ClientWritesPending: 64, ConnectPacketTimeout: 5 * time.Second,
+		MaxConnections: 100, MaxPendingConnects: 10,
 		BoardLimits: gw.BoardLimits, BoardQueue: 8,
 	}, br)
 
@@ -513,4 +518,6 @@ func TestMQTTConfigKeys(t *testing.T) {
 	assert.Equal(t, def.RecoverWindow, shipped.MQTT.RecoverWindow)
 	assert.Equal(t, def.GatewayConfig.BoardLimits, shipped.MQTT.GatewayConfig.BoardLimits)
 	assert.Equal(t, def.InboxSize, shipped.MQTT.InboxSize)
+	assert.Equal(t, def.MaxConnections, shipped.MQTT.MaxConnections)
+	assert.Equal(t, def.MaxPendingConnects, shipped.MQTT.MaxPendingConnects)
 }
