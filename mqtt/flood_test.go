@@ -252,3 +252,41 @@ func TestUDPJunkHoldsNothing(t *testing.T) {
 	assert.LessOrEqual(t, st.Malformed+st.Unknown, int64(n))
 	assert.Zero(t, warnings(logs))
 }
+
+// TestRepliesDoNotCountAgainstTheRate: a board answering calls as fast as
+// the bridge makes them is never held to its rate, however low: each
+// request lets it answer. Through the embedded broker and behind Mosquitto.
+func TestRepliesDoNotCountAgainstTheRate(t *testing.T) {
+	tight := mqtt.BoardLimits{Rate: 1, Burst: 2, FloodGrace: 200 * time.Millisecond}
+	calls := func(br *bridge, mac string) {
+		t.Helper()
+		s, ok := br.hub.Session(mac)
+		require.True(t, ok)
+		for i := range 50 {
+			br.mustCall(mac, "self.audio_speaker.set_volume", map[string]any{"volume": i})
+		}
+		assert.Equal(t, device.StateReady, s.Info().State, "never cut off")
+	}
+
+	t.Run("embedded", func(t *testing.T) {
+		br := startEmbedded(t, options{broker: func(c *broker.Config) { c.BoardLimits = tight }})
+		b := newBoard(t, simulator.Config{MAC: "02:00:00:00:0f:61"})
+		br.connect(b, simulator.MQTTConfig{})
+		br.waitReady(b.MAC())
+		calls(br, b.MAC())
+		assert.Zero(t, br.broker.Stats().RateLimited)
+	})
+	t.Run("mosquitto", func(t *testing.T) {
+		mq := mosquittotest.Start(t)
+		br := startExternal(t, mq.URL(), options{gateway: func(c *mqtt.Config) { c.BoardLimits = tight }})
+		br.waitSubscribed()
+		b := newBoard(t, simulator.Config{MAC: "02:00:00:00:0f:62"})
+		conn := br.connect(b, legacyConfig(mq.URL(), b.MAC()))
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		require.NoError(t, conn.OpenAudioChannel(ctx))
+		br.waitReady(b.MAC())
+		calls(br, b.MAC())
+		assert.Zero(t, br.gw.Stats().RateLimited)
+	})
+}

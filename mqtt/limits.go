@@ -11,14 +11,17 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// Defaults for BoardLimits. A board publishes a few messages per tool
-// call and per conversation (hello, listen, abort, goodbye); its audio
-// goes over UDP, not MQTT. Twenty a second, sustained, is far beyond that.
+// Defaults for BoardLimits. Replies to the bridge's own requests do not
+// count (each request the board is sent lets it send one message more), so
+// the rate bounds what a board sends unasked: hello, listen, abort and
+// goodbye, a few per conversation; its audio goes over UDP, not MQTT.
+// Twenty a second, sustained, is far beyond that.
 const (
 	DefaultBoardRate  = 20
 	DefaultBoardBurst = 100
@@ -32,6 +35,9 @@ const (
 var ErrPublishFlood = errors.New("board kept publishing over its MQTT rate limit")
 
 // BoardLimits bounds one board's uplink publishes (key mqtt.board_limits).
+// Every message the bridge sends a board (a request, mostly) allows it one
+// message beyond these limits, so that the bridge's own traffic never
+// makes a board go over them.
 type BoardLimits struct {
 	// Rate is how many messages per second a board may publish, sustained.
 	Rate float64 `yaml:"rate"`
@@ -101,6 +107,10 @@ type PublishGuard struct {
 	// gap: refusals further apart than this are separate episodes, so a
 	// board that overran its burst once, long ago, starts afresh.
 	gap time.Duration
+	// credits are messages the board may send beyond the rate: one per
+	// message the bridge sent it, at most maxCredits banked.
+	credits    atomic.Int64
+	maxCredits int64
 
 	mu                  sync.Mutex
 	overSince, lastDrop time.Time // the current episode of refusals
@@ -110,14 +120,32 @@ type PublishGuard struct {
 func (l BoardLimits) NewGuard() *PublishGuard {
 	l = l.WithDefaults()
 	return &PublishGuard{
-		lim:   rate.NewLimiter(rate.Limit(l.Rate), l.Burst),
-		grace: l.FloodGrace,
-		gap:   max(time.Second, time.Duration(2*float64(time.Second)/l.Rate)),
+		lim:        rate.NewLimiter(rate.Limit(l.Rate), l.Burst),
+		grace:      l.FloodGrace,
+		gap:        max(time.Second, time.Duration(2*float64(time.Second)/l.Rate)),
+		maxCredits: int64(l.Burst),
+	}
+}
+
+// Credit lets the board send one message beyond its rate: the bridge has
+// just sent it one (a request it will answer). Credits are capped at the
+// burst, so requests the board never answered do not bank up.
+func (g *PublishGuard) Credit() {
+	for {
+		c := g.credits.Load()
+		if c >= g.maxCredits || g.credits.CompareAndSwap(c, c+1) {
+			return
+		}
 	}
 }
 
 // Check decides about one message arriving at now.
 func (g *PublishGuard) Check(now time.Time) Verdict {
+	for c := g.credits.Load(); c > 0; c = g.credits.Load() {
+		if g.credits.CompareAndSwap(c, c-1) {
+			return Admit
+		}
+	}
 	if g.lim.AllowN(now, 1) {
 		return Admit
 	}

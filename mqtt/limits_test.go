@@ -58,6 +58,28 @@ func TestPublishGuard(t *testing.T) {
 	assert.Equal(t, Drop, h.Check(later))
 }
 
+// TestPublishGuardCredits: every message the bridge sends a board lets it
+// answer beyond its rate; credits bank up to the burst, no further.
+func TestPublishGuardCredits(t *testing.T) {
+	g := BoardLimits{Rate: 1, Burst: 3, FloodGrace: time.Hour}.NewGuard()
+	t0 := time.Unix(1000, 0)
+	for range 3 {
+		assert.Equal(t, Admit, g.Check(t0))
+	}
+	assert.Equal(t, Drop, g.Check(t0))
+	for range 50 {
+		g.Credit()
+		assert.Equal(t, Admit, g.Check(t0), "a reply to a request")
+	}
+	for range 10 {
+		g.Credit() // requests never answered
+	}
+	for range 3 {
+		assert.Equal(t, Admit, g.Check(t0))
+	}
+	assert.Equal(t, Drop, g.Check(t0), "no more than the burst banked")
+}
+
 func TestBoardLimitsValidate(t *testing.T) {
 	assert.NoError(t, BoardLimits{}.Validate())
 	for _, l := range []BoardLimits{{Rate: -1}, {Burst: -1}, {FloodGrace: -time.Second}} {

@@ -90,7 +90,11 @@ func (l *link) Send(ctx context.Context, msg []byte) error {
 	if l.Closed() {
 		return l.ClosedErr()
 	}
-	return l.g.publish(ctx, l.topic, msg)
+	if err := l.g.publish(ctx, l.topic, msg); err != nil {
+		return err
+	}
+	l.guard.Credit() // the board may answer beyond its rate
+	return nil
 }
 
 // Keepalive is the gateway's liveness policy (none with a presence source).

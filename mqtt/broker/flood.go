@@ -118,13 +118,19 @@ func (h *policy) toGateway(cl *mochi.Client) *gatewayQueue {
 	return nil
 }
 
-// OnPacketSent uncounts a message written to the gateway.
+// OnPacketSent uncounts a message written to the gateway, and lets a board
+// that was sent one (a request from the bridge, mostly) answer it beyond
+// its rate.
 func (h *policy) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
 	if pk.FixedHeader.Type != packets.Publish {
 		return
 	}
 	if q := h.toGateway(cl); q != nil {
 		q.left(pk.TopicName)
+		return
+	}
+	if st := h.state(cl); st != nil && st.role == roleBoard {
+		st.guard.Credit()
 	}
 }
 
