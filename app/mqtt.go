@@ -73,10 +73,14 @@ func defaultMQTTConfig() MQTTConfig {
 // gateway is the gateway's config, as the file and flags left it.
 func (c MQTTConfig) gateway() mqtt.Config { return c.GatewayConfig }
 
-// embeddedBroker is the embedded broker's config, with the gateway's topics.
+// embeddedBroker is the embedded broker's config, with the gateway's
+// topics, board limits and per-board queue: the broker enforces them where
+// boards publish.
 func (c MQTTConfig) embeddedBroker() broker.Config {
 	b := c.BrokerConfig
 	b.Topics = c.GatewayConfig.Topics
+	b.BoardLimits = c.GatewayConfig.BoardLimits
+	b.BoardQueue = c.GatewayConfig.InboxSize
 	return b
 }
 
@@ -103,7 +107,11 @@ func (c MQTTConfig) validate() error {
 		if err := gw.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := c.Auth.Validate(); err != nil {
+		// The broker's own keys; topics and board limits are the gateway's,
+		// checked above.
+		bc := c.embeddedBroker()
+		bc.Topics, bc.BoardLimits = mqtt.DefaultTopics(), mqtt.BoardLimits{}
+		if err := bc.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -129,6 +137,8 @@ func registerMQTTFlags(fs *flag.FlagSet, c *MQTTConfig) {
 	fs.StringVar(&c.TLS.CAFile, "mqtt-ca-file", c.TLS.CAFile, "PEM CA bundle for a TLS external broker")
 	fs.StringVar(&c.UDP.Listen, "mqtt-udp-listen", c.UDP.Listen, "UDP address accepting board audio")
 	fs.StringVar(&c.UDP.Advertise, "mqtt-udp-advertise", c.UDP.Advertise, "UDP host[:port] handed to boards in the server hello (default: derived)")
+	fs.Float64Var(&c.GatewayConfig.BoardLimits.Rate, "mqtt-board-rate", c.GatewayConfig.BoardLimits.Rate, "messages per second one board may publish, sustained; the excess is dropped")
+	fs.IntVar(&c.GatewayConfig.BoardLimits.Burst, "mqtt-board-burst", c.GatewayConfig.BoardLimits.Burst, "messages one board may publish at once above --mqtt-board-rate")
 	fs.Func("mqtt-user", "embedded broker: accept a board presenting USER:PASSWORD (repeatable)", func(v string) error {
 		u, p, ok := strings.Cut(v, ":")
 		if !ok || u == "" || p == "" {

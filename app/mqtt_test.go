@@ -402,6 +402,12 @@ func TestMQTTConfig(t *testing.T) {
 		"nobody admitted":   func(c *MQTTConfig) { f := false; c.Auth.AllowAnonymous = &f },
 		"bad advertise":     func(c *MQTTConfig) { c.UDP.Advertise = "host:notaport" },
 		"missing ca file":   func(c *MQTTConfig) { c.TLS.CAFile = "/nonexistent/ca.pem" },
+		"negative rate":     func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.Rate = -1 },
+		"negative burst":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.Burst = -1 },
+		"negative grace":    func(c *MQTTConfig) { c.GatewayConfig.BoardLimits.FloodGrace = -time.Second },
+		"negative inbox":    func(c *MQTTConfig) { c.InboxSize = -1 },
+		"negative max conn": func(c *MQTTConfig) { c.MaxConnections = -1 },
+		"negative pending":  func(c *MQTTConfig) { c.MaxPendingConnects = -1 },
 	} {
 		c := Default()
 		mutate(&c.MQTT)
@@ -423,6 +429,11 @@ func TestMQTTConfig(t *testing.T) {
 	assert.Equal(t, "10.0.0.2", cfg.MQTT.UDP.Advertise)
 	_, err = ParseArgs("bridge", []string{"--mqtt-user", "nopassword"})
 	assert.Error(t, err)
+	cfg, err = ParseArgs("bridge", []string{"--mqtt-board-rate", "2.5", "--mqtt-board-burst", "7"})
+	require.NoError(t, err)
+	assert.Equal(t, mqtt.BoardLimits{Rate: 2.5, Burst: 7, FloodGrace: mqtt.DefaultFloodGrace}, cfg.MQTT.embeddedBroker().BoardLimits)
+	_, err = ParseArgs("bridge", []string{"--mqtt-board-rate", "-1"})
+	assert.ErrorContains(t, err, "mqtt.board_limits.rate -1")
 
 	path := t.TempDir() + "/bridge.yaml"
 	require.NoError(t, os.WriteFile(path, []byte("mqtt:\n  broker: tcp://10.0.0.5:1883\n  liveness: {interval: 30s, misses: 5}\n  topics: {shared: []}\n"), 0o600))
@@ -455,7 +466,10 @@ func TestMQTTConfigKeys(t *testing.T) {
   max_packet_size: 2000
   client_writes_pending: 64
   connect_packet_timeout: 5s
+  max_connections: 100
+  max_pending_connects: 10
   inbox_size: 8
+  board_limits: {rate: 5, burst: 10, flood_grace: 3s}
   keepalive: 20s
   max_reconnect_interval: 3s
   connect_timeout: 4s
@@ -474,6 +488,7 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Liveness:             mqtt.LivenessConfig{Interval: 90 * time.Second, Timeout: 7 * time.Second, Misses: 4},
 		MaxMessageSize:       1000,
 		InboxSize:            8,
+		BoardLimits:          mqtt.BoardLimits{Rate: 5, Burst: 10, FloodGrace: 3 * time.Second},
 		KeepAlive:            20 * time.Second,
 		MaxReconnectInterval: 3 * time.Second,
 		ConnectTimeout:       4 * time.Second,
@@ -485,6 +500,8 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Listen: ":1884", Topics: gw.Topics,
 		Auth:          broker.AuthConfig{Users: []broker.User{{Username: "u", Password: "p"}}, HMACSecret: "s", AllowAnyClientID: true},
 		MaxPacketSize: 2000, ClientWritesPending: 64, ConnectPacketTimeout: 5 * time.Second,
+		MaxConnections: 100, MaxPendingConnects: 10,
+		BoardLimits: gw.BoardLimits, BoardQueue: 8,
 	}, br)
 
 	// The shipped file spells out the defaults.
@@ -499,4 +516,8 @@ func TestMQTTConfigKeys(t *testing.T) {
 	assert.Equal(t, def.MaxPacketSize, shipped.MQTT.MaxPacketSize)
 	assert.Equal(t, def.KeepAlive, shipped.MQTT.KeepAlive)
 	assert.Equal(t, def.RecoverWindow, shipped.MQTT.RecoverWindow)
+	assert.Equal(t, def.GatewayConfig.BoardLimits, shipped.MQTT.GatewayConfig.BoardLimits)
+	assert.Equal(t, def.InboxSize, shipped.MQTT.InboxSize)
+	assert.Equal(t, def.MaxConnections, shipped.MQTT.MaxConnections)
+	assert.Equal(t, def.MaxPendingConnects, shipped.MQTT.MaxPendingConnects)
 }

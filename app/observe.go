@@ -12,6 +12,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/mqtt"
+	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/observe"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -59,6 +60,10 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 		return observe.MQTTStats{}, false
 	}
 	st := g.Stats()
+	var bs broker.Stats
+	if b := a.MQTTBroker(); b != nil {
+		bs = b.Stats()
+	}
 	return observe.MQTTStats{
 		Connected: st.Connected,
 		Connects:  st.Connects,
@@ -70,6 +75,12 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 			"inbox_full":    st.InboxFull,
 			"unknown_topic": st.UnknownTopic,
 			"unattributed":  st.Unattributed,
+			// A board over its rate (where it published, with the embedded
+			// broker), over its share of the broker's queue to the gateway,
+			// or cut off for flooding.
+			"rate_limited": st.RateLimited + bs.RateLimited,
+			"queue_share":  bs.QueueFull,
+			"cut_off":      st.Muted,
 		},
 	}, true
 }

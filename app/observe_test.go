@@ -261,7 +261,7 @@ func TestMetricsAndReadinessWithMQTT(t *testing.T) {
 	assert.Equal(t, 1.0, m[metricSeries("devicebridge_mqtt_broker_connects_total")])
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "in")], 3.0, "initialize, tools/list, call replies")
 	assert.GreaterOrEqual(t, m[metricSeries("devicebridge_mqtt_messages_total", "direction", "out")], 3.0)
-	for _, reason := range []string{"oversized", "malformed", "inbox_full", "unknown_topic", "unattributed"} {
+	for _, reason := range []string{"oversized", "malformed", "inbox_full", "unknown_topic", "unattributed", "rate_limited", "queue_share", "cut_off"} {
 		assert.Contains(t, m, metricSeries("devicebridge_mqtt_messages_dropped_total", "reason", reason))
 	}
 	assert.Equal(t, 1.0, m[metricSeries("devicebridge_tool_calls_total", "transport", "mqtt", "outcome", "ok")])

@@ -148,8 +148,12 @@ type Config struct {
 
 	// MaxMessageSize bounds one uplink payload; larger ones are dropped.
 	MaxMessageSize int `yaml:"max_message_size"`
-	// InboxSize bounds each board's unprocessed uplink messages.
+	// InboxSize bounds each board's unprocessed uplink messages: its
+	// inbox in the gateway and, with the embedded broker, its share of the
+	// broker's queue towards the gateway.
 	InboxSize int `yaml:"inbox_size"`
+	// BoardLimits bounds how fast one board may publish.
+	BoardLimits BoardLimits `yaml:"board_limits"`
 
 	UDP      UDPConfig      `yaml:"udp"`
 	Liveness LivenessConfig `yaml:"liveness"`
@@ -183,6 +187,7 @@ func (c Config) WithDefaults() Config {
 	if c.InboxSize <= 0 {
 		c.InboxSize = DefaultInboxSize
 	}
+	c.BoardLimits = c.BoardLimits.WithDefaults()
 	if c.UDP.Listen == "" {
 		c.UDP.Listen = DefaultUDPListen
 	}
@@ -240,6 +245,12 @@ func (c Config) Validate() error {
 	}
 	if c.Liveness.Misses < 0 {
 		errs = append(errs, errors.New("mqtt.liveness.misses must not be negative"))
+	}
+	if c.InboxSize < 0 {
+		errs = append(errs, fmt.Errorf("mqtt.inbox_size %d: want a number of messages of at least 1 (0 takes the default, %d)", c.InboxSize, DefaultInboxSize))
+	}
+	if err := c.BoardLimits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/devicebridge/devicebridge/device"
 )
 
 // discovery is an uplink message from a board without a live link.
@@ -50,7 +48,7 @@ func (g *Gateway) reconcile(force bool) {
 	}
 	g.mu.Unlock()
 	for _, l := range gone {
-		l.Close(device.Closing(device.CauseDisconnected, ErrBoardDisconnected))
+		l.Close(g.departure(l.board))
 	}
 }
 

@@ -41,6 +41,16 @@
 // the audio session. Goodbyes work both ways and only for the current
 // session id. Audio datagrams are accepted and counted, never played.
 //
+// # Floods
+//
+// A board may publish at most mqtt.board_limits (rate and burst); the
+// excess is dropped, and a board over its rate for the flood grace is cut
+// off for as long. Behind the embedded broker this happens in the broker,
+// before a message is routed (package mqtt/broker); behind an external
+// broker the gateway drops, closes the board's session and ignores it
+// (flood.go). Warnings a board or the broker can repeat at will are
+// throttled (warnings.go): one line per interval, with a count.
+//
 // # Failure handling
 //
 // paho's callbacks only record and hand off; every board has a bounded
@@ -51,4 +61,11 @@
 // Session's keepalive (device.KeepaliveLink): idle boards are probed with a
 // request they answer with an error, and marked offline after several
 // unanswered probes.
+//
+// # Locks
+//
+// A link's handleMu is taken before Gateway.mu, the link's audioMu and the
+// UDP server's mu; none of those three is held while taking another. The
+// mute list's, the publish guards' and the log throttles' locks are
+// leaves.
 package mqtt

@@ -129,6 +129,8 @@ type Gateway struct {
 	failing          atomic.Bool  // a connect attempt failed since the last success
 
 	stats counters
+	warns gatewayWarnings
+	muted muteList // boards cut off for flooding (external broker)
 
 	// Supervisor-owned state (only the supervisor goroutine touches it).
 	handledLosses int64
@@ -325,7 +327,7 @@ func (g *Gateway) onConnectionLost(_ paho.Client, err error) {
 	if g.ctx.Err() != nil {
 		return // closing: nobody to tell, and the logger may be gone
 	}
-	g.log.Warn("lost the MQTT broker connection; closing MQTT boards' sessions and reconnecting",
+	g.warns.connLost.Warn(g.log, "lost the MQTT broker connection; closing MQTT boards' sessions and reconnecting",
 		zap.String("broker", redactURL(g.cfg.Broker)), zap.Error(err))
 	g.signal()
 }
@@ -406,7 +408,8 @@ func (g *Gateway) attach(b Board, why string) *link {
 	}
 	s, err := g.hub.Attach(l, id)
 	if err != nil {
-		l.log.Info("board not attached", zap.Error(err))
+		g.warns.notAttached.Info(g.log, "board not attached", zap.String("device_id", b.DeviceID),
+			zap.String("transport", TransportName), zap.Error(err))
 		return l
 	}
 	l.setSession(s)

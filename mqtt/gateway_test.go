@@ -43,6 +43,8 @@ type options struct {
 	gateway        func(*mqtt.Config)
 	broker         func(*broker.Config)
 	requestTimeout time.Duration
+	// log, when set, is the broker's and the gateway's logger.
+	log *zap.Logger
 }
 
 func newHub(t *testing.T, requestTimeout time.Duration) *device.Hub {
@@ -64,7 +66,10 @@ func newHub(t *testing.T, requestTimeout time.Duration) *device.Hub {
 func startEmbedded(t *testing.T, o options) *bridge {
 	t.Helper()
 	hub := newHub(t, cmpOr(o.requestTimeout, 3*time.Second))
-	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	log := o.log
+	if log == nil {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	}
 	bc := broker.Config{Listen: "127.0.0.1:0"}
 	if o.broker != nil {
 		o.broker(&bc)
@@ -93,7 +98,11 @@ func startExternal(t *testing.T, url string, o options) *bridge {
 	if o.gateway != nil {
 		o.gateway(&gc)
 	}
-	return &bridge{t: t, hub: hub, gw: startGateway(t, gc, hub, nil, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))}
+	log := o.log
+	if log == nil {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	}
+	return &bridge{t: t, hub: hub, gw: startGateway(t, gc, hub, nil, log)}
 }
 
 func startGateway(t *testing.T, gc mqtt.Config, hub *device.Hub, presence mqtt.Presence, log *zap.Logger) *mqtt.Gateway {

@@ -28,20 +28,22 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 	id, ok := DeviceIDFromKey(key)
 	if !ok {
 		g.stats.unknownTopic.Add(1)
-		if ce := g.log.Check(zap.WarnLevel, "dropped uplink message on a topic that names no device"); ce != nil {
-			ce.Write(zap.String("topic", m.Topic()))
-		}
+		g.warns.unknownTopic.Warn(g.log, "dropped uplink message on a topic that names no device", zap.String("topic", m.Topic()))
 		return
 	}
 	payload := m.Payload()
 	if len(payload) > g.cfg.MaxMessageSize {
 		g.stats.oversized.Add(1)
-		g.log.Warn("dropped oversized uplink message", zap.String("device_id", id), zap.String("transport", TransportName),
+		g.warns.oversized.Warn(g.log, "dropped oversized uplink message", zap.String("device_id", id), zap.String("transport", TransportName),
 			zap.Int("bytes", len(payload)), zap.Int("limit", g.cfg.MaxMessageSize))
 		return
 	}
+	l := g.lookup(id)
+	if !g.admit(id, l) {
+		return
+	}
 	g.stats.in.Add(1)
-	if l := g.lookup(id); l != nil && l.deliver(payload) {
+	if l != nil && l.deliver(payload) {
 		return
 	}
 	if g.owner != nil && g.owner.HeldElsewhere(id) {
@@ -52,7 +54,7 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 	case g.discover <- discovery{deviceID: id, key: TopicKey(id), payload: payload}:
 	default:
 		g.stats.unattrib.Add(1)
-		g.log.Warn("discovery queue full; dropped a message from an unknown board", zap.String("device_id", id))
+		g.warns.discoveryFull.Warn(g.log, "discovery queue full; dropped a message from an unknown board", zap.String("device_id", id))
 	}
 }
 
@@ -70,9 +72,7 @@ func (l *link) deliver(p []byte) bool {
 	default:
 		l.dropped.Add(1)
 		l.g.stats.inboxFull.Add(1)
-		if ce := l.log.Check(zap.WarnLevel, "board inbox full; dropped an uplink message"); ce != nil {
-			ce.Write(zap.Int("bytes", len(p)), zap.Int("inbox", cap(l.inbox)))
-		}
+		l.g.warns.inboxFull.Warn(l.log, "board inbox full; dropped an uplink message", zap.Int("bytes", len(p)), zap.Int("inbox", cap(l.inbox)))
 	}
 	return true
 }
@@ -82,7 +82,7 @@ func (l *link) handle(msg []byte) {
 	if err != nil {
 		l.g.stats.malformed.Add(1)
 		// The payload itself is never logged: it may be anything.
-		l.log.Warn("dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
+		l.g.warns.malformed.Warn(l.log, "dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
 		return
 	}
 	switch env.Type {
@@ -130,12 +130,12 @@ func (l *link) handleHello(env envelope.Envelope) {
 	switch {
 	case errors.Is(err, errNotMQTTHello):
 		l.g.stats.badHellos.Add(1)
-		l.log.Warn("ignored hello: MQTT boards must send version 3 with transport udp",
+		l.g.warns.badHello.Warn(l.log, "ignored hello: MQTT boards must send version 3 with transport udp",
 			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
 		return
 	case err != nil:
 		l.g.stats.malformed.Add(1)
-		l.log.Warn("dropped malformed hello", zap.Error(err))
+		l.g.warns.malformed.Warn(l.log, "dropped malformed hello", zap.Error(err))
 		return
 	}
 	a := l.g.udp.open(randid.Hex16())
@@ -149,7 +149,7 @@ func (l *link) handleHello(env envelope.Envelope) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
 	defer cancel()
 	if err := l.Send(ctx, serverHello(a, l.advHost, l.g.udpAdvertisePort())); err != nil {
-		l.log.Warn("could not answer hello", zap.Error(err))
+		l.g.warns.helloUnanswered.Warn(l.log, "could not answer hello", zap.Error(err))
 		return
 	}
 	l.g.stats.hellos.Add(1)
@@ -158,7 +158,7 @@ func (l *link) handleHello(env envelope.Envelope) {
 	if old != nil {
 		fields = append(fields, zap.String("replaced_session_id", old.id))
 	}
-	l.log.Info("audio session opened", fields...)
+	l.notes.audioOpened.Info(l.log, "audio session opened", fields...)
 }
 
 // handleGoodbye honours a board's goodbye only for the current session,
@@ -172,10 +172,10 @@ func (l *link) handleGoodbye(env envelope.Envelope) {
 	}
 	l.audioMu.Unlock()
 	if !match {
-		l.log.Info("ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
+		l.g.warns.staleGoodbye.Info(l.log, "ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
 		return
 	}
 	l.g.udp.close(a)
 	l.g.stats.goodbyesIn.Add(1)
-	l.log.Info("board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
+	l.notes.audioClosed.Info(l.log, "board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
 }

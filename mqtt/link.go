@@ -54,6 +54,8 @@ type link struct {
 	lastHeard atomic.Int64 // unix nanoseconds of the last uplink message
 
 	dropped atomic.Int64
+	guard   *PublishGuard // the board limits, applied behind an external broker (flood.go)
+	notes   linkNotes
 }
 
 // MQTT links opt in to the Session's keepalive: through an external broker
@@ -71,6 +73,7 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		LinkBase: device.NewLinkBase(recvQueue),
 		inbox:    make(chan []byte, g.cfg.InboxSize),
 		gone:     make(chan struct{}),
+		guard:    g.cfg.BoardLimits.NewGuard(),
 	}
 	empty := ""
 	l.sid.Store(&empty)
@@ -87,7 +90,11 @@ func (l *link) Send(ctx context.Context, msg []byte) error {
 	if l.Closed() {
 		return l.ClosedErr()
 	}
-	return l.g.publish(ctx, l.topic, msg)
+	if err := l.g.publish(ctx, l.topic, msg); err != nil {
+		return err
+	}
+	l.guard.Credit() // the board may answer beyond its rate
+	return nil
 }
 
 // Keepalive is the gateway's liveness policy (none with a presence source).

@@ -143,7 +143,7 @@ func (g *Gateway) claim(deviceID string) (bool, error) {
 	ok, err := g.owner.Claim(ctx, deviceID)
 	if err != nil {
 		if g.ctx.Err() == nil {
-			g.log.Warn("could not claim a board in the fleet; not serving it for now", zap.String("device_id", deviceID),
+			g.warns.claim.Warn(g.log, "could not claim a board in the fleet; not serving it for now", zap.String("device_id", deviceID),
 				zap.String("transport", TransportName), zap.Error(err))
 		}
 		return false, err

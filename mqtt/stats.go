@@ -27,7 +27,13 @@ type Stats struct {
 	// bridge on a shared broker holds the board; Adopted counts boards
 	// handed to this gateway by its Owner (Adopt).
 	NotOwned, Adopted int64
-	UDP               UDPStats
+	// RateLimited counts uplink messages dropped for going over the
+	// board's rate, CutOff boards whose session was closed for flooding
+	// past the grace, and Muted messages ignored from boards cut off.
+	// Behind the embedded broker these stay zero: the broker limits boards
+	// itself (broker.Stats).
+	RateLimited, CutOff, Muted int64
+	UDP                        UDPStats
 }
 
 type counters struct {
@@ -36,6 +42,7 @@ type counters struct {
 	other, hellos, badHellos, goodbyesIn, goodbyesOut        atomic.Int64
 	probes, probeMisses, unresponsive, discovered, recovered atomic.Int64
 	reconciled, notOwned, adopted                            atomic.Int64
+	rateLimited, cutOff, muted                               atomic.Int64
 }
 
 // Stats returns the gateway's counters.
@@ -54,6 +61,7 @@ func (g *Gateway) Stats() Stats {
 		Probes: s.probes.Load(), ProbeMisses: s.probeMisses.Load(), Unresponsive: s.unresponsive.Load(),
 		Discovered: s.discovered.Load(), Recovered: s.recovered.Load(), Reconciled: s.reconciled.Load(),
 		NotOwned: s.notOwned.Load(), Adopted: s.adopted.Load(),
+		RateLimited: s.rateLimited.Load(), CutOff: s.cutOff.Load(), Muted: s.muted.Load(),
 	}
 	if g.udp != nil {
 		st.UDP = g.udp.stats()

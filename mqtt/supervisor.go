@@ -62,7 +62,7 @@ func (g *Gateway) syncConnection() {
 	}
 	tok := g.client.Subscribe(g.up.Filter(), 0, g.onMessage)
 	if !tok.WaitTimeout(g.cfg.WriteTimeout) || tok.Error() != nil {
-		g.log.Warn("subscribing to the uplink topics failed; will retry", zap.String("filter", g.up.Filter()), zap.Error(tok.Error()))
+		g.warns.subscribe.Warn(g.log, "subscribing to the uplink topics failed; will retry", zap.String("filter", g.up.Filter()), zap.Error(tok.Error()))
 		return
 	}
 	first := g.subscribedAt == 0

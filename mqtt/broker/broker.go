@@ -21,6 +21,13 @@
 //   - Presence: connects and disconnects are reported to the bridge through
 //     the mqtt.Presence interface, so boards are initialized as soon as
 //     they connect and marked offline as soon as they leave.
+//   - Floods: a board's publish is routed only within its rate
+//     (mqtt.BoardLimits) and its share of the queue towards the gateway; a
+//     board over its rate for the flood grace is disconnected and refused
+//     for as long (flood.go).
+//
+// Locks: Broker.mu and connListener.mu are never held together; the log
+// throttles' locks are leaves.
 //
 // The bridge's own gateway connects like any client, over a loopback-only
 // listener, with credentials generated at start-up; nothing on the board
@@ -79,6 +86,17 @@ type Stats struct {
 	// Dropped counts messages dropped because a client's outbound queue
 	// was full.
 	Dropped int64
+	// RateLimited counts board publishes dropped for going over the
+	// board's rate (mqtt.board_limits); QueueFull those dropped because the
+	// board already had its share of the queue to the gateway waiting.
+	RateLimited, QueueFull int64
+	// CutOff counts boards disconnected for flooding past the grace;
+	// RefusedCutOff their reconnects refused while cut off.
+	CutOff, RefusedCutOff int64
+	// RefusedSockets counts sockets closed on arrival because the board
+	// listener held max_connections sockets, or max_pending_connects not
+	// yet admitted.
+	RefusedSockets int64
 }
 
 // Broker is the embedded MQTT broker. It implements mqtt.Presence.
@@ -103,8 +121,13 @@ type Broker struct {
 	started   bool
 	quiet     atomic.Bool // silences mochi's own logging after Close
 
-	connects, disconnects, refusedID, refusedAuth atomic.Int64
-	deniedPub, deniedRead, attributed, dropped    atomic.Int64
+	connects, disconnects, refusedID, refusedAuth  atomic.Int64
+	deniedPub, deniedRead, attributed, dropped     atomic.Int64
+	rateLimited, queueFull, cutOffs, refusedCutOff atomic.Int64
+	refusedSockets                                 atomic.Int64
+
+	cut   map[string]cutOffEntry // boards cut off for flooding (under mu)
+	warns warnings
 }
 
 type boardEntry struct {
@@ -132,6 +155,7 @@ func New(cfg Config, logger *zap.Logger) (*Broker, error) {
 		up:      mqtt.MustTemplate(cfg.Topics.Uplink),
 		down:    mqtt.MustTemplate(cfg.Topics.Downlink),
 		boards:  map[string]*boardEntry{},
+		cut:     map[string]cutOffEntry{},
 		changed: make(chan struct{}, 1),
 		gateway: Credentials{
 			ClientID: "devicebridge-gateway-" + hex.EncodeToString(id[:4]),
@@ -175,7 +199,7 @@ func (b *Broker) Start() error {
 		_ = b.srv.Close()
 		return fmt.Errorf("%w on %s: %w", ErrListen, b.cfg.Listen, err)
 	}
-	b.conns = newConnListener(ln, b.cfg.ConnectPacketTimeout)
+	b.conns = newConnListener(ln, b.cfg.ConnectPacketTimeout, b.cfg.MaxConnections, b.cfg.MaxPendingConnects, b.refusedSocket)
 	b.public = listeners.NewNet(boardListener, b.conns)
 	if err := b.srv.AddListener(b.public); err != nil {
 		_ = b.conns.Close()
@@ -260,6 +284,9 @@ func (b *Broker) Stats() Stats {
 		RefusedClientID: b.refusedID.Load(), RefusedAuth: b.refusedAuth.Load(),
 		DeniedPublish: b.deniedPub.Load(), DeniedRead: b.deniedRead.Load(),
 		Attributed: b.attributed.Load(), Dropped: b.dropped.Load(),
+		RateLimited: b.rateLimited.Load(), QueueFull: b.queueFull.Load(),
+		CutOff: b.cutOffs.Load(), RefusedCutOff: b.refusedCutOff.Load(),
+		RefusedSockets: b.refusedSockets.Load(),
 	}
 }
 
@@ -325,3 +352,11 @@ func (b *Broker) boardDisconnected(cl *mochi.Client, ci mqtt.ClientIdentity, err
 }
 
 var errReplacedByNewConnection = errors.New("board connected again under another client id")
+
+// refusedSocket counts and reports a socket the board listener turned away.
+func (b *Broker) refusedSocket(limit string) {
+	b.refusedSockets.Add(1)
+	b.warns.refusedSocket.Warn(b.log, "refused an MQTT connection: the board listener is full",
+		zap.String("limit", limit), zap.Int("max_connections", b.cfg.MaxConnections),
+		zap.Int("max_pending_connects", b.cfg.MaxPendingConnects))
+}

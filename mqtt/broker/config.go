@@ -23,6 +23,14 @@ const (
 	// DefaultConnectPacketTimeout is how long a new connection may take to send
 	// CONNECT before it is dropped.
 	DefaultConnectPacketTimeout = 10 * time.Second
+	// DefaultMaxConnections bounds the board listener's open sockets:
+	// above the ten thousand boards one bridge is meant to hold, below what
+	// exhausts its file descriptors and memory (the WebSocket side's bound).
+	DefaultMaxConnections = 16384
+	// DefaultMaxPendingConnects bounds sockets not yet admitted: boards send
+	// CONNECT at once, so many waiting sockets are a flood, each holding a
+	// goroutine for up to the CONNECT timeout.
+	DefaultMaxPendingConnects = 512
 )
 
 // User is one static board credential.
@@ -93,6 +101,12 @@ type Config struct {
 	// ConnectPacketTimeout drops a connection that has not sent CONNECT in time
 	// (0 = DefaultConnectPacketTimeout).
 	ConnectPacketTimeout time.Duration `yaml:"connect_packet_timeout"`
+	// MaxConnections bounds the board listener's open sockets, admitted or
+	// not; past it a new socket is closed at once (0 = the default).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingConnects bounds sockets whose CONNECT has not been accepted
+	// yet; past it a new socket is closed at once (0 = the default).
+	MaxPendingConnects int `yaml:"max_pending_connects"`
 	// Issued verifies per-board credentials (those the OTA endpoint hands
 	// out) for the board a client id names, beside Auth's users and HMAC
 	// secret. Wired by the bridge, not a file key.
@@ -101,6 +115,13 @@ type Config struct {
 	// when Auth configures none and would admit anonymous boards
 	// (admission is on). Wired by the bridge, not a file key.
 	RequireCredentials bool `yaml:"-"`
+	// BoardLimits bounds how fast one board may publish. Like Topics it is
+	// the gateway's (mqtt.board_limits), handed over by whoever embeds
+	// both configs.
+	BoardLimits mqtt.BoardLimits `yaml:"-"`
+	// BoardQueue bounds one board's messages waiting in the queue towards
+	// the bridge's gateway: the gateway's mqtt.inbox_size, handed over.
+	BoardQueue int `yaml:"-"`
 }
 
 // CredentialVerifier checks the MQTT username and password issued to one
@@ -128,10 +149,27 @@ func (c Config) WithDefaults() Config {
 	if c.ConnectPacketTimeout <= 0 {
 		c.ConnectPacketTimeout = DefaultConnectPacketTimeout
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxPendingConnects == 0 {
+		c.MaxPendingConnects = DefaultMaxPendingConnects
+	}
+	c.BoardLimits = c.BoardLimits.WithDefaults()
+	if c.BoardQueue <= 0 {
+		c.BoardQueue = mqtt.DefaultInboxSize
+	}
 	return c
 }
 
 // Validate reports configuration mistakes.
 func (c Config) Validate() error {
-	return errors.Join(c.Topics.Validate(), c.Auth.Validate())
+	var errs []error
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("mqtt.max_connections %d: want 1 or more, or 0 for the default (%d)", c.MaxConnections, DefaultMaxConnections))
+	}
+	if c.MaxPendingConnects < 0 {
+		errs = append(errs, fmt.Errorf("mqtt.max_pending_connects %d: want 1 or more, or 0 for the default (%d)", c.MaxPendingConnects, DefaultMaxPendingConnects))
+	}
+	return errors.Join(append(errs, c.Topics.Validate(), c.Auth.Validate(), c.BoardLimits.Validate())...)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// connListener wraps the board listener for two jobs mochi leaves open.
+// connListener wraps the board listener for three jobs mochi leaves open.
 //
 // mochi reads a client's CONNECT with no deadline, and Server.Close waits
 // for every accepted connection to end. So a socket that never sends
@@ -16,35 +16,62 @@ import (
 // replaces it with its keepalive deadline once CONNECT is read), and
 // closing the listener closes every connection still open, so Close never
 // waits on a silent socket.
+//
+// mochi also accepts any number of sockets. The listener bounds them:
+// maxConns open sockets in all, and maxPending sockets not yet admitted
+// (CONNECT accepted), so silent or slow sockets cannot take every place
+// from boards. A socket past either bound is closed at once.
 type connListener struct {
 	net.Listener
-	connectTimeout time.Duration
+	connectTimeout       time.Duration
+	maxConns, maxPending int
+	refused              func(limit string) // called, outside mu, for every socket turned away
 
-	mu     sync.Mutex
-	conns  map[*trackedConn]struct{}
-	closed bool
+	mu      sync.Mutex
+	conns   map[*trackedConn]struct{}
+	pending int // sockets in conns not yet admitted
+	closed  bool
 }
 
-func newConnListener(ln net.Listener, connectTimeout time.Duration) *connListener {
-	return &connListener{Listener: ln, connectTimeout: connectTimeout, conns: map[*trackedConn]struct{}{}}
+func newConnListener(ln net.Listener, connectTimeout time.Duration, maxConns, maxPending int, refused func(string)) *connListener {
+	return &connListener{Listener: ln, connectTimeout: connectTimeout, maxConns: maxConns, maxPending: maxPending,
+		refused: refused, conns: map[*trackedConn]struct{}{}}
 }
 
+// Accept returns the next socket within the bounds. Sockets past them are
+// closed here and never reach mochi, whose serve loop ends on any error.
 func (l *connListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	_ = c.SetDeadline(time.Now().Add(l.connectTimeout))
-	tc := &trackedConn{Conn: c, l: l}
-	l.mu.Lock()
-	if l.closed {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, l: l, pending: true}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+		var limit string
+		switch {
+		case len(l.conns) >= l.maxConns:
+			limit = "mqtt.max_connections"
+		case l.pending >= l.maxPending:
+			limit = "mqtt.max_pending_connects"
+		default:
+			l.conns[tc] = struct{}{}
+			l.pending++
+		}
 		l.mu.Unlock()
-		_ = c.Close()
-		return nil, net.ErrClosed
+		if limit != "" {
+			_ = c.Close()
+			l.refused(limit)
+			continue
+		}
+		_ = c.SetDeadline(time.Now().Add(l.connectTimeout))
+		return tc, nil
 	}
-	l.conns[tc] = struct{}{}
-	l.mu.Unlock()
-	return tc, nil
 }
 
 // Close stops accepting and closes every connection still open.
@@ -77,9 +104,21 @@ func (l *connListener) open() (open, reading int) {
 
 type trackedConn struct {
 	net.Conn
-	l    *connListener
-	once sync.Once
-	read atomic.Bool
+	l       *connListener
+	once    sync.Once
+	read    atomic.Bool
+	pending bool // not yet admitted (under l.mu)
+}
+
+// admitted takes a socket out of the pending count once its CONNECT was
+// accepted.
+func (c *trackedConn) admitted() {
+	c.l.mu.Lock()
+	if c.pending {
+		c.pending = false
+		c.l.pending--
+	}
+	c.l.mu.Unlock()
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
@@ -90,7 +129,13 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.l.mu.Lock()
-		delete(c.l.conns, c)
+		if _, ok := c.l.conns[c]; ok {
+			delete(c.l.conns, c)
+			if c.pending {
+				c.pending = false
+				c.l.pending--
+			}
+		}
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()

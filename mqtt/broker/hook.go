@@ -11,6 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -28,9 +29,8 @@ type clientState struct {
 	ident    mqtt.ClientIdentity
 	uplink   string // the board's own uplink topic
 	downlink string // the board's own downlink topic
-	// warnedPub, warnedRead and warnedDrop limit policy warnings to one of
-	// each per connection; a misbehaving board would otherwise flood the log.
-	warnedPub, warnedRead, warnedDrop atomic.Bool
+	guard    *mqtt.PublishGuard
+	cut      atomic.Bool // disconnected for flooding
 }
 
 // policy is the mochi hook that enforces what boards may do. mochi calls it
@@ -38,7 +38,8 @@ type clientState struct {
 type policy struct {
 	mochi.HookBase
 	b       *Broker
-	clients sync.Map // *mochi.Client → *clientState, from session start to disconnect
+	clients sync.Map                     // *mochi.Client → *clientState, from session start to disconnect
+	gwq     atomic.Pointer[gatewayQueue] // the gateway's queue, while it is connected (flood.go)
 }
 
 func (h *policy) ID() string { return "devicebridge-policy" }
@@ -52,6 +53,7 @@ func (h *policy) Provides(b byte) bool {
 		mochi.OnACLCheck,
 		mochi.OnPublish,
 		mochi.OnPublishDropped,
+		mochi.OnPacketSent,
 	}, []byte{b})
 }
 
@@ -81,13 +83,14 @@ func (h *policy) identify(cl *mochi.Client) (*clientState, bool) {
 }
 
 // OnConnect refuses client ids that name no board with CONNACK "identifier
-// rejected" (mochi would otherwise just drop the connection).
+// rejected" (mochi would otherwise just drop the connection), and a board
+// cut off for flooding with "server unavailable".
 func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
-	if _, ok := h.identify(cl); ok {
-		return nil
+	if st, ok := h.identify(cl); ok {
+		return h.refuseCutOff(cl, st)
 	}
 	h.b.refusedID.Add(1)
-	h.b.log.Warn("refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid)",
+	h.b.warns.refusedID.Warn(h.b.log, "refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid)",
 		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
 	_ = h.b.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
 	return packets.ErrClientIdentifierNotValid
@@ -95,7 +98,12 @@ func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 
 // OnConnectAuthenticate checks credentials. A false return makes mochi send
 // CONNACK "not authorized" and close the connection.
-func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) (ok bool) {
+	defer func() {
+		if tc, tracked := cl.Net.Conn.(*trackedConn); ok && tracked {
+			tc.admitted() // before the CONNACK: no longer a pending socket
+		}
+	}()
 	st, ok := h.identify(cl)
 	if !ok {
 		return false
@@ -112,7 +120,7 @@ func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool
 		return true
 	}
 	h.b.refusedAuth.Add(1)
-	h.b.log.Warn("refused board: bad or missing credentials", zap.String("device_id", st.ident.DeviceID),
+	h.b.warns.refusedAuth.Warn(h.b.log, "refused board: bad or missing credentials", zap.String("device_id", st.ident.DeviceID),
 		zap.String("transport", mqtt.TransportName), zap.String("client_id", cl.ID),
 		zap.String("remote", cl.Net.Remote), zap.Bool("sent_credentials", user != "" || pass != ""))
 	return false
@@ -160,11 +168,14 @@ func (h *policy) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
 	if !ok {
 		return
 	}
-	h.clients.Store(cl, st)
 	if st.role == roleGateway {
+		h.clients.Store(cl, st)
+		h.gatewayConnected(cl)
 		h.b.log.Debug("bridge gateway connected to the embedded broker")
 		return
 	}
+	st.guard = h.b.cfg.BoardLimits.NewGuard()
+	h.clients.Store(cl, st)
 	// Current firmware never subscribes; this subscription, made on its
 	// behalf, is what lets the bridge's downlink reach it.
 	sub := packets.Subscription{Filter: st.downlink, Qos: 0}
@@ -180,8 +191,12 @@ func (h *policy) OnDisconnect(cl *mochi.Client, err error, expire bool) {
 	}
 	st := v.(*clientState)
 	if st.role == roleGateway {
+		h.gatewayDisconnected(cl)
 		h.b.log.Debug("bridge gateway disconnected from the embedded broker", zap.Error(err))
 		return
+	}
+	if q := h.gwq.Load(); q != nil {
+		q.forget(st.uplink)
 	}
 	h.b.boardDisconnected(cl, st.ident, err)
 }
@@ -203,6 +218,9 @@ func (h *policy) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 		return false
 	}
 	if st.role == roleGateway {
+		if q := h.toGateway(cl); q != nil && !write {
+			q.queued(topic) // mochi is about to queue a message for the gateway
+		}
 		return true
 	}
 	if write {
@@ -210,26 +228,22 @@ func (h *policy) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 			return true
 		}
 		h.b.deniedPub.Add(1)
-		h.warn(st, cl, &st.warnedPub, "denied a board's publish outside its own topics", topic)
+		h.warn(st, cl, &h.b.warns.deniedPub, "denied a board's publish outside its own topics", topic)
+		h.deniedOverRate(cl, st)
 		return false
 	}
 	if topic == st.downlink {
 		return true
 	}
 	h.b.deniedRead.Add(1)
-	h.warn(st, cl, &st.warnedRead, "denied a board's subscription to topics that are not its own", topic)
+	h.warn(st, cl, &h.b.warns.deniedRead, "denied a board's subscription to topics that are not its own", topic)
 	return false
 }
 
-func (h *policy) warn(st *clientState, cl *mochi.Client, once *atomic.Bool, msg, topic string) {
-	lvl := zap.DebugLevel
-	if once.CompareAndSwap(false, true) {
-		lvl = zap.WarnLevel
-	}
-	if ce := h.b.log.Check(lvl, msg); ce != nil {
-		ce.Write(zap.String("device_id", st.ident.DeviceID), zap.String("transport", mqtt.TransportName),
-			zap.String("client_id", cl.ID), zap.String("topic", topic))
-	}
+// warn writes a policy warning a board can repeat at will through its
+// throttle: the first at once, then one per interval with a count.
+func (h *policy) warn(st *clientState, cl *mochi.Client, t *logthrottle.Throttle, msg, topic string) {
+	t.Warn(h.b.log, msg, h.boardFields(cl, st, zap.String("topic", topic))...)
 }
 
 // OnPublish attributes a board's publish: whatever allowed topic it used,
@@ -239,6 +253,9 @@ func (h *policy) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	st := h.state(cl)
 	if st == nil || st.role != roleBoard {
 		return pk, nil
+	}
+	if !h.admit(cl, st) {
+		return pk, packets.ErrRejectPacket
 	}
 	if pk.TopicName != st.uplink {
 		h.b.attributed.Add(1)
@@ -258,8 +275,11 @@ func (h *policy) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 		return
 	}
 	if st.role == roleGateway {
-		h.b.log.Warn("bridge gateway is not keeping up; dropped an uplink message", zap.String("topic", pk.TopicName))
+		if q := h.toGateway(cl); q != nil {
+			q.left(pk.TopicName)
+		}
+		h.b.warns.gatewayBehind.Warn(h.b.log, "bridge gateway is not keeping up; dropped an uplink message", zap.String("topic", pk.TopicName))
 		return
 	}
-	h.warn(st, cl, &st.warnedDrop, "board is not reading; dropped a downlink message", pk.TopicName)
+	h.warn(st, cl, &h.b.warns.notReading, "board is not reading; dropped a downlink message", pk.TopicName)
 }
