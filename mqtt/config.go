@@ -226,7 +226,7 @@ func ValidateBrokerURL(u string) error {
 	return nil
 }
 
-// Validate reports mistakes in c.
+// Validate reports mistakes in c's addresses and topics.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Broker == "" {
@@ -240,18 +240,9 @@ func (c Config) Validate() error {
 	if err := c.UDP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MaxMessageSize < 0 {
-		errs = append(errs, errors.New("mqtt.max_message_size must not be negative"))
-	}
-	if c.Liveness.Misses < 0 {
-		errs = append(errs, errors.New("mqtt.liveness.misses must not be negative"))
-	}
-	if c.InboxSize < 0 {
-		errs = append(errs, fmt.Errorf("mqtt.inbox_size %d: want a number of messages of at least 1 (0 takes the default, %d)", c.InboxSize, DefaultInboxSize))
-	}
-	if err := c.BoardLimits.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	// Numbers are checked by the bridge's configuration against its table
+	// of ranges (app/configcheck.go); WithDefaults keeps this package safe
+	// from zero and negative values.
 	return errors.Join(errs...)
 }
 

@@ -53,31 +53,16 @@ type BoardLimits struct {
 
 // WithDefaults fills zero fields.
 func (l BoardLimits) WithDefaults() BoardLimits {
-	if l.Rate == 0 {
+	if !(l.Rate > 0) || math.IsInf(l.Rate, 0) { // NaN and negative values too
 		l.Rate = DefaultBoardRate
 	}
-	if l.Burst == 0 {
+	if l.Burst <= 0 {
 		l.Burst = DefaultBoardBurst
 	}
-	if l.FloodGrace == 0 {
+	if l.FloodGrace <= 0 {
 		l.FloodGrace = DefaultFloodGrace
 	}
 	return l
-}
-
-// Validate reports limits that cannot work; zero values mean the default.
-func (l BoardLimits) Validate() error {
-	var errs []error
-	if l.Rate < 0 || math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) {
-		errs = append(errs, fmt.Errorf("mqtt.board_limits.rate %v: want a number of messages per second above 0 (0 takes the default, %d)", l.Rate, DefaultBoardRate))
-	}
-	if l.Burst < 0 {
-		errs = append(errs, fmt.Errorf("mqtt.board_limits.burst %d: want a number of messages of at least 1 (0 takes the default, %d)", l.Burst, DefaultBoardBurst))
-	}
-	if l.FloodGrace < 0 {
-		errs = append(errs, fmt.Errorf("mqtt.board_limits.flood_grace %v: want a duration above 0 (0 takes the default, %v)", l.FloodGrace, DefaultFloodGrace))
-	}
-	return errors.Join(errs...)
 }
 
 // String describes the limits for log lines and close reasons.

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -80,15 +81,14 @@ func TestPublishGuardCredits(t *testing.T) {
 	assert.Equal(t, Drop, g.Check(t0), "no more than the burst banked")
 }
 
-func TestBoardLimitsValidate(t *testing.T) {
-	assert.NoError(t, BoardLimits{}.Validate())
-	for _, l := range []BoardLimits{{Rate: -1}, {Burst: -1}, {FloodGrace: -time.Second}} {
-		err := l.Validate()
-		assert.ErrorContains(t, err, "mqtt.board_limits.")
+// TestBoardLimitsDefaults: zero, negative and NaN limits fall back to the
+// defaults, so the package never builds a limiter that admits nothing or
+// everything (the bridge's configuration refuses such values at start).
+func TestBoardLimitsDefaults(t *testing.T) {
+	want := BoardLimits{Rate: DefaultBoardRate, Burst: DefaultBoardBurst, FloodGrace: DefaultFloodGrace}
+	for _, l := range []BoardLimits{{}, {Rate: -1, Burst: -1, FloodGrace: -time.Second}, {Rate: math.NaN()}, {Rate: math.Inf(1)}} {
+		assert.Equal(t, want, l.WithDefaults())
 	}
-	c := Config{Broker: "tcp://x:1", InboxSize: -1, BoardLimits: BoardLimits{Rate: -2}}
-	c.Topics = c.Topics.WithDefaults()
-	err := c.Validate()
-	assert.ErrorContains(t, err, "mqtt.inbox_size -1")
-	assert.ErrorContains(t, err, "mqtt.board_limits.rate -2")
+	c := Config{InboxSize: -1}.WithDefaults()
+	assert.Equal(t, DefaultInboxSize, c.InboxSize)
 }

@@ -149,10 +149,10 @@ func (c Config) WithDefaults() Config {
 	if c.ConnectPacketTimeout <= 0 {
 		c.ConnectPacketTimeout = DefaultConnectPacketTimeout
 	}
-	if c.MaxConnections == 0 {
+	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
-	if c.MaxPendingConnects == 0 {
+	if c.MaxPendingConnects <= 0 {
 		c.MaxPendingConnects = DefaultMaxPendingConnects
 	}
 	c.BoardLimits = c.BoardLimits.WithDefaults()
@@ -162,14 +162,10 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports configuration mistakes.
+// Validate reports configuration mistakes in topics and authentication;
+// numbers are checked by the bridge's configuration against its table of
+// ranges (app/configcheck.go), and WithDefaults replaces zero and negative
+// ones.
 func (c Config) Validate() error {
-	var errs []error
-	if c.MaxConnections < 0 {
-		errs = append(errs, fmt.Errorf("mqtt.max_connections %d: want 1 or more, or 0 for the default (%d)", c.MaxConnections, DefaultMaxConnections))
-	}
-	if c.MaxPendingConnects < 0 {
-		errs = append(errs, fmt.Errorf("mqtt.max_pending_connects %d: want 1 or more, or 0 for the default (%d)", c.MaxPendingConnects, DefaultMaxPendingConnects))
-	}
-	return errors.Join(append(errs, c.Topics.Validate(), c.Auth.Validate(), c.BoardLimits.Validate())...)
+	return errors.Join(c.Topics.Validate(), c.Auth.Validate())
 }
