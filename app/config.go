@@ -211,6 +211,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Log.Format, "log-format", cfg.Log.Format, "log format: console or json")
 	fs.StringVar(&cfg.Log.Level, "log-level", cfg.Log.Level, "log level: debug, info, warn, error")
 	fs.Var(stringList{&cfg.WebSocket.Tokens}, "device-token", "accepted device token (repeatable); none means no device auth")
+	fs.BoolVar(&cfg.WebSocket.AllowAnyDeviceID, "allow-any-device-id", cfg.WebSocket.AllowAnyDeviceID, "admit WebSocket boards whose Device-Id is not a MAC (test rigs; firmware always sends its MAC)")
 	fs.Var(stringList{&cfg.Control.Tokens}, "control-token", "bearer token required on /api (repeatable)")
 	fs.IntVar(&cfg.Simulate.Count, "simulate", cfg.Simulate.Count, "also start N simulated boards in-process")
 	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, robot or a file)")

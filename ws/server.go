@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,16 +17,12 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // TransportName is the device.Identity transport of WebSocket boards.
 const TransportName = "websocket"
-
-// deviceIDPattern accepts MACs as boards send them ("aa:bb:cc:dd:ee:ff")
-// and other plain identifiers, but nothing that could smuggle markup or
-// control characters into logs and URLs.
-var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
 
 // Stats counts what the endpoint saw since it started.
 type Stats struct {
@@ -49,6 +44,10 @@ type Server struct {
 	log      *zap.Logger
 	upgrader websocket.Upgrader
 	tokens   bearer.Tokens
+
+	// badIDs throttles the warning for a refused Device-Id: any client
+	// can send one as often as it likes.
+	badIDs logthrottle.Throttle
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -121,18 +120,33 @@ func (s *Server) Stats() Stats {
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	deviceID := r.Header.Get("Device-Id")
-	log := s.log.WithLazy(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
-	if !s.authorized(deviceID, r.Header.Get("Authorization")) {
+	// The one place a WebSocket board's id enters: every spelling of a
+	// MAC becomes its canonical form here, so nothing above sees another.
+	raw := r.Header.Get("Device-Id")
+	deviceID, idErr := device.BoardID(raw, s.cfg.AllowAnyDeviceID)
+	logID := deviceID
+	if idErr != nil {
+		logID = raw
+	}
+	log := s.log.WithLazy(zap.String("device_id", logID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	if !s.authorized(logID, r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
 		log.Warn("rejected device: missing or invalid token")
 		http.Error(w, "missing or invalid token", http.StatusUnauthorized)
 		return
 	}
-	if deviceID == "" || !deviceIDPattern.MatchString(deviceID) {
+	if idErr != nil {
 		s.badRequests.Add(1)
-		log.Warn("rejected device: missing or invalid Device-Id header")
-		http.Error(w, "missing or invalid Device-Id header", http.StatusBadRequest)
+		why := "missing Device-Id header"
+		if raw != "" {
+			why = "invalid Device-Id header: " + idErr.Error()
+			if !s.cfg.AllowAnyDeviceID && errors.Is(idErr, device.ErrNotMAC) {
+				why += "; boards send their MAC (websocket.allow_any_device_id admits other ids)"
+			}
+		}
+		s.badIDs.Warn(s.log, "rejected device: missing or invalid Device-Id header", zap.String("reason", why),
+			zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+		http.Error(w, why, http.StatusBadRequest)
 		return
 	}
 	if why := s.admit(); why != "" {
