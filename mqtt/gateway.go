@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // TransportName is the device.Identity transport of MQTT boards.
@@ -124,6 +125,10 @@ type Gateway struct {
 	wake     chan struct{}
 	ready    chan struct{}
 	readyMu  sync.Once
+
+	// badKeys throttles the warning for uplink topics that name no board:
+	// on an external broker anyone may publish there at will.
+	badKeys logthrottle.Throttle
 
 	connects, losses atomic.Int64 // bumped by paho's handlers
 	failing          atomic.Bool  // a connect attempt failed since the last success

@@ -11,6 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -39,6 +40,9 @@ type policy struct {
 	mochi.HookBase
 	b       *Broker
 	clients sync.Map // *mochi.Client → *clientState, from session start to disconnect
+	// badIDs throttles the warning for refused client ids: anyone who
+	// reaches the listener can send CONNECTs at will.
+	badIDs logthrottle.Throttle
 }
 
 func (h *policy) ID() string { return "devicebridge-policy" }
@@ -87,7 +91,8 @@ func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		return nil
 	}
 	h.b.refusedID.Add(1)
-	h.b.log.Warn("refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid)",
+	h.badIDs.Warn(h.b.log, "refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid; "+
+		"mqtt.auth.allow_any_client_id admits other ids)",
 		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
 	_ = h.b.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
 	return packets.ErrClientIdentifierNotValid
