@@ -100,6 +100,10 @@ type Config struct {
 	// OmitMCPFeature sends a hello without features.mcp and makes the board
 	// ignore MCP messages, like a board without an MCP server.
 	OmitMCPFeature bool
+	// WireDeviceID, when set, is sent as the WebSocket Device-Id instead
+	// of MAC. No firmware does this; it exists to test how a server copes
+	// with another spelling of a MAC, or an id that is not one.
+	WireDeviceID string
 	// OmitSessionID leaves session_id out of device messages. No firmware
 	// does this; it exists to test how a server copes.
 	OmitSessionID bool
@@ -202,6 +206,9 @@ func NewBoard(cfg Config) (*Board, error) {
 	}
 	if cfg.ClientID == "" {
 		cfg.ClientID = randomUUID()
+	}
+	if strings.ContainsAny(cfg.WireDeviceID, "\r\n") {
+		return nil, errors.New("simulator: wire device id contains a line break")
 	}
 	if strings.ContainsAny(cfg.ClientID, "\"\\\r\n") {
 		return nil, fmt.Errorf("simulator: client id %q contains characters a header cannot carry", cfg.ClientID)

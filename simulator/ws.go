@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,7 +130,7 @@ func (b *Board) wsHeaders(u *url.URL) http.Header {
 		h["Authorization"] = []string{tok}
 	}
 	h["Client-Id"] = []string{b.clientID}
-	h["Device-Id"] = []string{b.mac}
+	h["Device-Id"] = []string{cmp.Or(b.cfg.WireDeviceID, b.mac)}
 	h["Protocol-Version"] = []string{strconv.Itoa(b.cfg.ProtocolVersion)}
 	// An empty value keeps net/http from adding its default User-Agent.
 	h["User-Agent"] = []string{""}
