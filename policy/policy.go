@@ -7,7 +7,7 @@
 //
 //	identities:
 //	  kitchen:                        # a JWT subject, a group, or a static token's name
-//	    boards: ["aa:bb:cc:dd:00:01"] # MACs, aliases or "*"
+//	    boards: ["aa:bb:cc:dd:00:01"] # MACs, aliases (globs) or "*"
 //	  office:
 //	    boards: ["aa:bb:cc:ee:00:01"]
 //	    tools: ["self.audio_speaker.*", "self.get_device_status"]  # default: all
@@ -206,12 +206,22 @@ func (p *Policy) matching(id Identity) []*entry {
 	return out
 }
 
+// hasBoard: a MAC pattern matches the board with that MAC, any other
+// pattern matches aliases only. A board that chose a non-MAC id
+// ("kitchen", with allow_any_device_id) is never matched by it: an id a
+// board picks must not earn it the rights given to a name.
 func (e *entry) hasBoard(b Board) bool {
 	id := device.NormalizeID(b.ID)
 	alias := strings.ToLower(b.Alias)
 	for _, pat := range e.boards {
-		if pat == "*" || pat == id {
+		if pat == "*" {
 			return true
+		}
+		if _, mac := device.CanonicalMAC(pat); mac {
+			if pat == id {
+				return true
+			}
+			continue
 		}
 		if alias != "" {
 			if ok, _ := path.Match(pat, alias); ok {
