@@ -27,7 +27,6 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
-	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/tracing"
@@ -242,13 +241,7 @@ func (a *App) apiAccess() api.Access {
 		acc.Verifier = authn.NewVerifier(a.cfg.Control.Tokens, a.access.oauth).TokenVerifier()
 		acc.ResourceMetadataURL = a.metadataURL("")
 	}
-	aliases := a.configAliases()
-	acc.Alias = func(id string) string {
-		if a.mcp != nil {
-			return a.mcp.Alias(id)
-		}
-		return aliases[device.NormalizeID(id)]
-	}
+	acc.Alias = a.boardAlias
 	return acc
 }
 

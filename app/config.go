@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -161,6 +162,13 @@ func (c Config) Validate() error {
 	}
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if !c.MCP.Enabled {
+		// The console, the control API and the policy use the aliases
+		// even without /mcp (whose validate checks them otherwise).
+		if _, err := tools.ParseAliases(c.MCP.Aliases); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.MCP.Enabled {
 		if err := c.Flow.validate(); err != nil {
