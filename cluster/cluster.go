@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // DefaultOfflineAfter is how soon the other nodes show a dead node's boards
@@ -195,6 +196,9 @@ type Node struct {
 	cfg Config
 	hub *device.Hub
 	log *zap.Logger
+	// badRecords throttles the warning for directory records that do not
+	// match their key: whoever can write to the bucket can repeat them.
+	badRecords logthrottle.Throttle
 
 	nc                             *nats.Conn
 	boards, catalogs, nodes, spent jetstream.KeyValue
