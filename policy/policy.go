@@ -209,10 +209,13 @@ func (p *Policy) matching(id Identity) []*entry {
 // hasBoard: a MAC pattern matches the board with that MAC, any other
 // pattern matches aliases only. A board that chose a non-MAC id
 // ("kitchen", with allow_any_device_id) is never matched by it: an id a
-// board picks must not earn it the rights given to a name.
+// board picks must not earn it the rights given to a name. Its alias
+// derives from that id, so a glob ("kitchen*") does not match it either:
+// only the exact alias does.
 func (e *entry) hasBoard(b Board) bool {
 	id := device.NormalizeID(b.ID)
 	alias := strings.ToLower(b.Alias)
+	_, macID := device.CanonicalMAC(id)
 	for _, pat := range e.boards {
 		if pat == "*" {
 			return true
@@ -223,10 +226,17 @@ func (e *entry) hasBoard(b Board) bool {
 			}
 			continue
 		}
-		if alias != "" {
-			if ok, _ := path.Match(pat, alias); ok {
+		if alias == "" {
+			continue
+		}
+		if !macID {
+			if pat == alias {
 				return true
 			}
+			continue
+		}
+		if ok, _ := path.Match(pat, alias); ok {
+			return true
 		}
 	}
 	return false
