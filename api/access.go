@@ -39,7 +39,8 @@ func (s *Server) resolveBoard(id string) (string, policy.Board) {
 	if info, ok := s.device(id); ok {
 		return info.DeviceID, s.board(info)
 	}
-	return id, policy.Board{ID: device.NormalizeID(id)}
+	id = s.boardID(id)
+	return id, s.board(device.Info{Identity: device.Identity{DeviceID: id}})
 }
 
 // refused answers 403 when the policy does not let who call tool on board

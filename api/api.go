@@ -42,6 +42,10 @@ type Options struct {
 	// Alias, when set, gives each board's alias (shown as "alias" in
 	// board listings and events, so that clients can name boards by it).
 	Alias func(deviceID string) string
+	// Named, when set, returns the board an operator named name (an
+	// alias from the configuration): {id} in a route resolves it before
+	// any device id.
+	Named func(name string) (deviceID string, ok bool)
 	// Console, when set, is served on GET / (the web console).
 	Console http.Handler
 	// Access: policy and audit (access.go).
@@ -281,25 +285,10 @@ func classify(err error) (int, string) {
 	return http.StatusBadGateway, "device_failure"
 }
 
-// lookup finds a session by id as given, or by the MAC it spells with other
-// separators or case (MACs are awkward in URLs and topic names use '_').
-func (s *Server) lookup(id string) (*device.Session, bool) {
-	if sess, ok := s.hub.Session(id); ok {
-		return sess, true
-	}
-	return s.hub.Session(device.NormalizeID(id))
-}
-
-// device finds a board by id like lookup, on this node or (in a fleet,
-// see cluster/) on another one.
+// device finds the board a route's {id} names (boardID), on this node or
+// (in a fleet, see cluster/) on another one.
 func (s *Server) device(id string) (device.Info, bool) {
-	if sess, ok := s.lookup(id); ok {
-		return sess.Info(), true
-	}
-	if info, ok := s.hub.Device(id); ok {
-		return info, true
-	}
-	return s.hub.Device(device.NormalizeID(id))
+	return s.hub.Device(s.boardID(id))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

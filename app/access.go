@@ -26,7 +26,6 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
-	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tools"
@@ -275,13 +274,7 @@ func (a *App) mcpGuard(tokens []string) *authn.Guard {
 // apiAccess is the control API's policy and audit.
 func (a *App) apiAccess() api.Access {
 	acc := api.Access{Policy: a.access.gate, Audit: a.access.audit}
-	aliases := a.configAliases()
-	acc.Alias = func(id string) string {
-		if a.mcp != nil {
-			return a.mcp.Alias(id)
-		}
-		return aliases[device.NormalizeID(id)]
-	}
+	acc.Alias = a.boardAlias
 	return acc
 }
 

@@ -34,6 +34,8 @@ type App struct {
 	WS  *ws.Server
 	// mcp is the upstream MCP server; nil when MCP is off.
 	mcp *tools.Server
+	// aliases are mcp.aliases, checked: the operator's names for boards.
+	aliases tools.Aliases
 	// ota is the OTA endpoint and admission; nil when OTA is off.
 	ota *ota.Server
 	// apiSrv is the control API, kept to serve interactions other nodes
@@ -81,7 +83,7 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	a := &App{cfg: cfg, log: logger}
+	a := &App{cfg: cfg, log: logger, aliases: tools.MustAliases(cfg.MCP.Aliases)}
 	a.Metrics = newMetrics(logger)
 	hubCfg := cfg.hubConfig(Version)
 	hubCfg.Observer = a.Metrics

@@ -17,6 +17,7 @@ import (
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
+	"github.com/devicebridge/devicebridge/tools"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -190,6 +191,13 @@ func (c Config) Validate() error {
 	if err := c.MCP.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if !c.MCP.Enabled {
+		// The console, the control API and the policy use the aliases
+		// even without /mcp (whose validate checks them otherwise).
+		if _, err := tools.ParseAliases(c.MCP.Aliases); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.MCP.Enabled {
 		if err := c.Flow.validate(); err != nil {
 			errs = append(errs, err)
@@ -242,6 +250,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Log.Format, "log-format", cfg.Log.Format, "log format: console or json")
 	fs.StringVar(&cfg.Log.Level, "log-level", cfg.Log.Level, "log level: debug, info, warn, error")
 	fs.Var(stringList{&cfg.WebSocket.Tokens}, "device-token", "accepted device token (repeatable); none means no device auth")
+	fs.BoolVar(&cfg.WebSocket.AllowAnyDeviceID, "allow-any-device-id", cfg.WebSocket.AllowAnyDeviceID, "admit WebSocket boards whose Device-Id is not a MAC (test rigs; firmware always sends its MAC)")
 	fs.Var(stringList{&cfg.Control.Tokens}, "control-token", "bearer token required on /api (repeatable)")
 	registerFrontFlags(fs, &cfg.Control)
 	fs.IntVar(&cfg.Simulate.Count, "simulate", cfg.Simulate.Count, "also start N simulated boards in-process")

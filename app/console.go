@@ -5,8 +5,6 @@ package app
 // /mcp's confirmation rule, and the console's files.
 
 import (
-	"strings"
-
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/console"
 	"github.com/devicebridge/devicebridge/device"
@@ -14,14 +12,9 @@ import (
 )
 
 func (a *App) addConsole(o *api.Options) {
-	aliases := a.configAliases()
-	// The alias /mcp names the board's tools by (before any clash suffix).
-	o.Alias = func(id string) string {
-		if alias, ok := aliases[device.NormalizeID(id)]; ok {
-			return alias
-		}
-		return tools.DefaultAlias(id)
-	}
+	o.Alias = a.boardAlias
+	// {id} finds the board an operator named before any a board chose.
+	o.Named = a.aliases.Named
 	if f := a.cfg.Flow; f.Enabled {
 		confirm := f.confirm()
 		o.Interactions = &api.InteractionOptions{
@@ -41,12 +34,15 @@ func (a *App) addConsole(o *api.Options) {
 	o.Console = console.Handler()
 }
 
-// configAliases is mcp.aliases keyed by normalized device id, so a MAC
-// written in any spelling in the config finds its board.
-func (a *App) configAliases() map[string]string {
-	aliases := make(map[string]string, len(a.cfg.MCP.Aliases))
-	for id, alias := range a.cfg.MCP.Aliases {
-		aliases[device.NormalizeID(strings.TrimSpace(id))] = alias
+// boardAlias is the alias a board is shown and matched by on the control
+// API, the console and the policy: the one /mcp publishes its tools under,
+// or, before /mcp has it (or without /mcp), the same rule applied to the
+// board alone.
+func (a *App) boardAlias(id string) string {
+	if a.mcp != nil {
+		if alias := a.mcp.Alias(id); alias != "" {
+			return alias
+		}
 	}
-	return aliases
+	return a.aliases.Alias(id)
 }

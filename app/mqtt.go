@@ -70,8 +70,15 @@ func defaultMQTTConfig() MQTTConfig {
 	}
 }
 
-// gateway is the gateway's config, as the file and flags left it.
-func (c MQTTConfig) gateway() mqtt.Config { return c.GatewayConfig }
+// gateway is the gateway's config, as the file and flags left it. It
+// takes which board ids to accept from mqtt.auth.allow_any_client_id, so
+// that the embedded broker and the gateway (or an external broker's topic
+// keys) follow one rule.
+func (c MQTTConfig) gateway() mqtt.Config {
+	g := c.GatewayConfig
+	g.AllowAnyDeviceID = c.Auth.AllowAnyClientID
+	return g
+}
 
 // embeddedBroker is the embedded broker's config, with the gateway's
 // topics, board limits and per-board queue: the broker enforces them where
@@ -156,7 +163,7 @@ func registerMQTTFlags(fs *flag.FlagSet, c *MQTTConfig) {
 		c.Auth.AllowAnonymous = &b
 		return nil
 	})
-	fs.BoolVar(&c.Auth.AllowAnyClientID, "mqtt-allow-any-client-id", c.Auth.AllowAnyClientID, "embedded broker: admit client ids not of the form GID_xxx@@@<mac>@@@<uuid> (the id becomes the device id)")
+	fs.BoolVar(&c.Auth.AllowAnyClientID, "mqtt-allow-any-client-id", c.Auth.AllowAnyClientID, "admit MQTT boards not named by a MAC: client ids not of the form GID_xxx@@@<mac>@@@<uuid> (embedded broker) and uplink topic keys (any broker); the id becomes the device id")
 }
 
 func parseBool(v string) (bool, error) {

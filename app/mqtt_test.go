@@ -495,6 +495,8 @@ func TestMQTTConfigKeys(t *testing.T) {
 		WriteTimeout:         6 * time.Second,
 		RecoverWindow:        2 * time.Minute,
 		RediscoverInterval:   9 * time.Second,
+		// mqtt.auth.allow_any_client_id decides for the gateway too.
+		AllowAnyDeviceID: true,
 	}, gw)
 	assert.Equal(t, broker.Config{
 		Listen: ":1884", Topics: gw.Topics,

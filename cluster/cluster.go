@@ -217,6 +217,9 @@ type Node struct {
 	cfg Config
 	hub *device.Hub
 	log *zap.Logger
+	// badRecords throttles the warning for directory records that do not
+	// match their key: whoever can write to the bucket can repeat them.
+	badRecords logthrottle.Throttle
 
 	nc                             *nats.Conn
 	boards, catalogs, nodes, spent jetstream.KeyValue

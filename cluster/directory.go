@@ -425,6 +425,15 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		n.log.Warn("unreadable fleet directory entry", zap.String("key", key), zap.Error(err))
 		return
 	}
+	// A record is about the board its key names, in canonical form: any
+	// other spelling of a MAC would list it twice, and a record filed
+	// under another board's key would stand in for that board.
+	rec.DeviceID = device.NormalizeID(rec.DeviceID)
+	if rec.DeviceID == "" || keyFor(rec.DeviceID) != key {
+		n.badRecords.Warn(n.log, "ignored a fleet directory entry whose device id does not match its key",
+			zap.String("key", key), zap.String("device_id", rec.DeviceID), zap.String("node", rec.Node))
+		return
+	}
 	if rec.Node == n.cfg.NodeID {
 		n.mu.Lock()
 		delete(n.remote, key)

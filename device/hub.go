@@ -163,7 +163,12 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 // already open for the same device id is closed with ErrReplaced first,
 // unless the two have been replacing each other (see FlapPolicy): then the
 // newcomer is refused with ErrFlapping and the current session stays.
+//
+// Transports hand over ids already checked (BoardID); a MAC is keyed in
+// its canonical form here too, so that no spelling of it can sit beside
+// the board as a second one.
 func (h *Hub) Attach(link Link, id Identity) (*Session, error) {
+	id.DeviceID = NormalizeID(id.DeviceID)
 	if id.DeviceID == "" {
 		link.Close(errors.New("no device id"))
 		return nil, errors.New("device: attach without a device id")
@@ -258,8 +263,10 @@ func (h *Hub) checkFlapLocked(old *Session, id Identity) error {
 	return nil
 }
 
-// Session returns the current session of a device.
+// Session returns the current session of a device, named by its id (a
+// MAC in any spelling).
 func (h *Hub) Session(deviceID string) (*Session, bool) {
+	deviceID = NormalizeID(deviceID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.sessions[deviceID]
@@ -307,6 +314,7 @@ func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.Raw
 }
 
 func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMessage, remote bool) (*CallResult, error) {
+	deviceID = NormalizeID(deviceID)
 	start := time.Now()
 	transport := ""
 	res, err := h.callTool(ctx, deviceID, tool, args, &transport, remote)

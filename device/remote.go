@@ -65,6 +65,7 @@ func (h *Hub) CallLocal(ctx context.Context, deviceID, tool string, args json.Ra
 // Device returns a snapshot of one board: this node's session if it has
 // one, else the remote board of that id.
 func (h *Hub) Device(deviceID string) (Info, bool) {
+	deviceID = NormalizeID(deviceID)
 	if s, ok := h.Session(deviceID); ok {
 		return s.Info(), true
 	}

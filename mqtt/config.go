@@ -164,6 +164,12 @@ type Config struct {
 	// RediscoverInterval limits re-initialization of a board that spoke
 	// after a failed initialization.
 	RediscoverInterval time.Duration `yaml:"rediscover_interval"`
+
+	// AllowAnyDeviceID accepts uplink topic keys that are not a MAC as the
+	// board's device id (see device.BoardID); otherwise their messages are
+	// dropped. The bridge sets it from mqtt.auth.allow_any_client_id, so
+	// the embedded broker and the gateway agree; not a key of its own.
+	AllowAnyDeviceID bool `yaml:"-"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 )
 
@@ -111,7 +112,7 @@ func FuzzTopics(f *testing.F) {
 			if ci.Key != TopicKey(ci.DeviceID) {
 				t.Fatalf("client id %q: key %q is not the topic key of %q", clientID, ci.Key, ci.DeviceID)
 			}
-			if id, ok := DeviceIDFromKey(ci.Key); !ok || id != ci.DeviceID {
+			if id, ok := DeviceIDFromKey(ci.Key, allowPlain); !ok || id != ci.DeviceID {
 				t.Fatalf("client id %q: key %q maps to %q, %v, not %q", clientID, ci.Key, id, ok, ci.DeviceID)
 			}
 			if strings.ContainsAny(ci.Key, "/+#") {
@@ -135,11 +136,16 @@ func checkKey(t *testing.T, tm Template, topic string) {
 	if back := tm.Topic(key); back != topic {
 		t.Fatalf("topic %q: key %q renders back as %q", topic, key, back)
 	}
-	id, ok := DeviceIDFromKey(key)
+	if id, ok := DeviceIDFromKey(key, false); ok {
+		if _, mac := device.CanonicalMAC(id); !mac || id != device.NormalizeID(id) {
+			t.Fatalf("topic %q: key %q names %q, which is not a canonical MAC", topic, key, id)
+		}
+	}
+	id, ok := DeviceIDFromKey(key, true)
 	if !ok {
 		return
 	}
-	if again, ok := DeviceIDFromKey(TopicKey(id)); !ok || again != id {
+	if again, ok := DeviceIDFromKey(TopicKey(id), true); !ok || again != id {
 		t.Fatalf("topic %q: device id %q does not survive its topic key %q (%q, %v)", topic, id, TopicKey(id), again, ok)
 	}
 }

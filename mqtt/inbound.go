@@ -25,10 +25,13 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 		g.stats.unknownTopic.Add(1)
 		return
 	}
-	id, ok := DeviceIDFromKey(key)
+	// Where an MQTT board's id enters from a topic: a MAC in any spelling
+	// becomes its canonical form, so no spelling is a second board.
+	id, ok := DeviceIDFromKey(key, g.cfg.AllowAnyDeviceID)
 	if !ok {
 		g.stats.unknownTopic.Add(1)
-		g.warns.unknownTopic.Warn(g.log, "dropped uplink message on a topic that names no device", zap.String("topic", m.Topic()))
+		g.warns.unknownTopic.Warn(g.log, "dropped uplink message on a topic that names no board (boards are named by their MAC; "+
+			"mqtt.auth.allow_any_client_id admits other ids)", zap.String("topic", m.Topic()))
 		return
 	}
 	payload := m.Payload()

@@ -3,7 +3,6 @@ package mqtt
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/devicebridge/devicebridge/device"
@@ -152,30 +151,17 @@ func (t Template) Key(topic string) (string, bool) {
 	return key, key != ""
 }
 
-var (
-	// macKey is a MAC as it appears in client ids and topics: six pairs of
-	// hex digits joined by "_" (or ":" in client ids).
-	macKey = regexp.MustCompile(`^[0-9A-Fa-f]{2}([_:][0-9A-Fa-f]{2}){5}$`)
-	// plainKey is what a non-MAC device id may look like when such ids are
-	// allowed: nothing that could break a topic level, a URL or a log line.
-	plainKey = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-)
-
 // TopicKey turns a device id into its topic key: ":" becomes "_".
 func TopicKey(deviceID string) string { return strings.ReplaceAll(deviceID, ":", "_") }
 
-// DeviceIDFromKey is the inverse of TopicKey. A key that looks like a MAC
-// becomes the lowercase colon form boards use as their Device-Id; any other
-// plain identifier is its own device id. ok is false for keys that are
-// neither.
-func DeviceIDFromKey(key string) (id string, ok bool) {
-	switch {
-	case macKey.MatchString(key):
-		return device.NormalizeID(key), true
-	case plainKey.MatchString(key):
-		return key, true
-	}
-	return "", false
+// DeviceIDFromKey reads the device id a topic key names: a MAC in any
+// spelling becomes the canonical form boards use as their Device-Id (so
+// "AA-BB-CC-DD-EE-FF" and "aa_bb_cc_dd_ee_ff" are one board); any other
+// plain identifier names a board only with allowAny (see device.BoardID).
+// ok is false for keys that name no board.
+func DeviceIDFromKey(key string, allowAny bool) (id string, ok bool) {
+	id, err := device.BoardID(key, allowAny)
+	return id, err == nil
 }
 
 // ClientIdentity is what a board's MQTT client id says about it.
@@ -196,16 +182,21 @@ var ErrClientID = errors.New("client id is not of the form GROUP@@@aa_bb_cc_dd_e
 
 // ParseClientID reads the board identity out of a client id in the form
 // xiaozhi backends use: "GID_test@@@aa_bb_cc_dd_ee_ff@@@<uuid>", or the
-// two-part "GID_test@@@aa_bb_cc_dd_ee_ff". The MAC may use "_" or ":" and
-// any case; the result is normalised to the lowercase colon form.
+// two-part "GID_test@@@aa_bb_cc_dd_ee_ff". The MAC may be spelled any way
+// device.CanonicalMAC reads ("_", ":", "-" or no separators, any case); the
+// result is its canonical form, so every spelling is the same board.
 //
 // With allowPlain, a client id not in that form is accepted as the device
 // id itself when it is a plain identifier (letters, digits, ".", "_", "-",
-// at most 64 characters); it has no UUID.
+// at most 64 characters; a MAC in any spelling is still canonicalized); it
+// has no UUID.
 func ParseClientID(clientID string, allowPlain bool) (ClientIdentity, error) {
 	parts := strings.Split(clientID, "@@@")
-	if (len(parts) == 2 || len(parts) == 3) && parts[0] != "" && macKey.MatchString(parts[1]) {
-		id, _ := DeviceIDFromKey(strings.ReplaceAll(parts[1], ":", "_"))
+	if (len(parts) == 2 || len(parts) == 3) && parts[0] != "" {
+		id, ok := device.CanonicalMAC(parts[1])
+		if !ok {
+			return ClientIdentity{}, ErrClientID
+		}
 		ci := ClientIdentity{DeviceID: id, Key: TopicKey(id), Group: parts[0]}
 		if len(parts) == 3 {
 			if parts[2] == "" {
@@ -215,9 +206,10 @@ func ParseClientID(clientID string, allowPlain bool) (ClientIdentity, error) {
 		}
 		return ci, nil
 	}
-	if allowPlain && len(parts) == 1 && plainKey.MatchString(clientID) {
-		id, _ := DeviceIDFromKey(clientID)
-		return ClientIdentity{DeviceID: id, Key: TopicKey(id)}, nil
+	if allowPlain && len(parts) == 1 {
+		if id, ok := DeviceIDFromKey(clientID, true); ok {
+			return ClientIdentity{DeviceID: id, Key: TopicKey(id)}, nil
+		}
 	}
 	return ClientIdentity{}, ErrClientID
 }
@@ -226,7 +218,7 @@ func ParseClientID(clientID string, allowPlain bool) (ClientIdentity, error) {
 // board: group@@@<mac with _>@@@uuid (uuid may be empty for the two-part
 // form).
 func FormatClientID(group, mac, uuid string) string {
-	id := group + "@@@" + TopicKey(strings.ToLower(mac))
+	id := group + "@@@" + TopicKey(device.NormalizeID(mac))
 	if uuid != "" {
 		id += "@@@" + uuid
 	}

@@ -20,6 +20,10 @@ func TestParseClientID(t *testing.T) {
 		{in: "GID_test@@@aa_bb_cc_dd_ee_ff@@@1f0a-uuid", want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff", Group: "GID_test", UUID: "1f0a-uuid"}},
 		{in: "GID_test@@@AA_BB_CC_DD_EE_FF", want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff", Group: "GID_test"}},
 		{in: "GID_x@@@aa:bb:cc:dd:ee:ff@@@u", want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff", Group: "GID_x", UUID: "u"}},
+		{in: "GID_x@@@AA-BB-CC-DD-EE-FF@@@u", want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff", Group: "GID_x", UUID: "u"}},
+		{in: "GID_x@@@aabbccddeeff", want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff", Group: "GID_x"}},
+		{in: "AA-BB-CC-DD-EE-FF", allowPlain: true, want: ClientIdentity{DeviceID: "aa:bb:cc:dd:ee:ff", Key: "aa_bb_cc_dd_ee_ff"}},
+		{in: "GID_x@@@kitchen@@@u", allowPlain: true, err: true},
 		{in: "GID_test@@@aa_bb_cc_dd_ee_ff@@@", err: true},
 		{in: "@@@aa_bb_cc_dd_ee_ff@@@u", err: true},
 		{in: "GID_test@@@aa_bb_cc_dd_ee@@@u", err: true},
@@ -68,14 +72,20 @@ func TestTemplates(t *testing.T) {
 }
 
 func TestDeviceIDFromKey(t *testing.T) {
-	id, ok := DeviceIDFromKey("AA_BB_CC_DD_EE_FF")
-	assert.True(t, ok)
-	assert.Equal(t, "aa:bb:cc:dd:ee:ff", id)
-	assert.Equal(t, "aa_bb_cc_dd_ee_ff", TopicKey(id))
-	id, ok = DeviceIDFromKey("lab-sensor.3")
+	for _, key := range []string{"AA_BB_CC_DD_EE_FF", "aa-bb-cc-dd-ee-ff", "aabbccddeeff", "AABBCCDDEEFF", "aabb.ccdd.eeff"} {
+		for _, allowAny := range []bool{false, true} {
+			id, ok := DeviceIDFromKey(key, allowAny)
+			assert.True(t, ok, key)
+			assert.Equal(t, "aa:bb:cc:dd:ee:ff", id, "%s: every spelling of a MAC is one board", key)
+		}
+	}
+	assert.Equal(t, "aa_bb_cc_dd_ee_ff", TopicKey("aa:bb:cc:dd:ee:ff"))
+	_, ok := DeviceIDFromKey("lab-sensor.3", false)
+	assert.False(t, ok, "a board named otherwise than by its MAC, unless allowed")
+	id, ok := DeviceIDFromKey("lab-sensor.3", true)
 	assert.True(t, ok)
 	assert.Equal(t, "lab-sensor.3", id)
-	_, ok = DeviceIDFromKey("<script>")
+	_, ok = DeviceIDFromKey("<script>", true)
 	assert.False(t, ok)
 }
 

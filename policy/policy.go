@@ -7,7 +7,7 @@
 //
 //	identities:
 //	  kitchen:                        # a JWT subject, a group, or a static token's name
-//	    boards: ["aa:bb:cc:dd:00:01"] # MACs, aliases or "*"
+//	    boards: ["aa:bb:cc:dd:00:01"] # MACs, aliases (globs) or "*"
 //	  office:
 //	    boards: ["aa:bb:cc:ee:00:01"]
 //	    tools: ["self.audio_speaker.*", "self.get_device_status"]  # default: all
@@ -206,17 +206,37 @@ func (p *Policy) matching(id Identity) []*entry {
 	return out
 }
 
+// hasBoard: a MAC pattern matches the board with that MAC, any other
+// pattern matches aliases only. A board that chose a non-MAC id
+// ("kitchen", with allow_any_device_id) is never matched by it: an id a
+// board picks must not earn it the rights given to a name. Its alias
+// derives from that id, so a glob ("kitchen*") does not match it either:
+// only the exact alias does.
 func (e *entry) hasBoard(b Board) bool {
 	id := device.NormalizeID(b.ID)
 	alias := strings.ToLower(b.Alias)
+	_, macID := device.CanonicalMAC(id)
 	for _, pat := range e.boards {
-		if pat == "*" || pat == id {
+		if pat == "*" {
 			return true
 		}
-		if alias != "" {
-			if ok, _ := path.Match(pat, alias); ok {
+		if _, mac := device.CanonicalMAC(pat); mac {
+			if pat == id {
 				return true
 			}
+			continue
+		}
+		if alias == "" {
+			continue
+		}
+		if !macID {
+			if pat == alias {
+				return true
+			}
+			continue
+		}
+		if ok, _ := path.Match(pat, alias); ok {
+			return true
 		}
 	}
 	return false

@@ -51,6 +51,8 @@ type catalog struct {
 	devices  []*deviceView // sorted by device id, as the Hub lists them
 	byDevice map[string]*deviceView
 	byName   map[string]*entry
+	// named are the operator's aliases, which findDevice resolves first.
+	named Aliases
 	// schemas holds one parsed schema per distinct raw input schema:
 	// boards of one model send byte-identical tool lists, so their tools
 	// share one parse and one published copy.
@@ -85,7 +87,7 @@ func (c *catalog) parse(raw json.RawMessage, prev *catalog) (*argcheck.Schema, e
 
 // catalogOptions are the parts of Options the catalogue depends on.
 type catalogOptions struct {
-	aliases      map[string]string // normalized device id → alias
+	aliases      Aliases // the operator's names for boards
 	showUserOnly bool
 	// flow: interactions are on, so tools advertise them in _meta.
 	flow bool
@@ -125,13 +127,14 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 			visible = append(visible, t)
 		}
 		toolsOf[info.DeviceID] = visible
-		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases[device.NormalizeID(info.DeviceID)]}
+		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases.byID[info.DeviceID]}
 		for _, t := range visible {
 			nd.Tools = append(nd.Tools, t.Name)
 		}
 		naming = append(naming, nd)
 	}
-	names := assignNames(naming)
+	names := assignNamesReserving(naming, opts.aliases.byName)
+	c.named = opts.aliases
 	for _, v := range c.devices {
 		id := v.info.DeviceID
 		v.alias = names.Aliases[id]
@@ -275,15 +278,15 @@ func diff(old, cur *catalog) (removed []string, added []*entry) {
 	return removed, added
 }
 
-// findDevice resolves what a user or model calls a board: its device id
-// (MAC in any case or separator style), or its alias (ignoring case).
+// findDevice resolves what a user or model calls a board. Names win over
+// ids, so that a board cannot take a name by choosing it as its id: first
+// an alias an operator gave a board (even one that is away: then nothing
+// is found), then the alias the catalogue shows (ignoring case), then the
+// device id (a MAC in any spelling).
 func (c *catalog) findDevice(ref string) (*deviceView, []*deviceView) {
 	ref = strings.TrimSpace(ref)
-	if v, ok := c.byDevice[device.NormalizeID(ref)]; ok {
-		return v, nil
-	}
-	if v, ok := c.byDevice[ref]; ok {
-		return v, nil
+	if id, ok := c.named.Named(ref); ok {
+		return c.byDevice[id], nil
 	}
 	var matches []*deviceView
 	for _, v := range c.devices {
@@ -293,6 +296,9 @@ func (c *catalog) findDevice(ref string) (*deviceView, []*deviceView) {
 	}
 	if len(matches) == 1 {
 		return matches[0], nil
+	}
+	if v, ok := c.byDevice[device.NormalizeID(ref)]; ok {
+		return v, nil
 	}
 	return nil, matches
 }

@@ -143,33 +143,57 @@ type naming struct {
 // assignNames gives every board and tool a host-safe, unique name. The
 // result depends only on its input (not on the order boards connected):
 //
-//   - an alias is the configured one, sanitized, or DefaultAlias; devices
-//     whose aliases clash (ignoring case) all get "_<hash of device id>"
-//     appended;
+//   - an alias is the configured one, sanitized, or DefaultAlias; when
+//     aliases clash (ignoring case), the board whose name ranks first
+//     keeps it (an operator's alias, then a MAC's default alias, then the
+//     default alias of an id a board chose: see aliasTier) and the others
+//     get "_<hash of device id>" appended; equals all get the hash;
 //   - a tool is named <alias>_<tool part>; a name longer than 64
 //     characters is shortened and gets "_<hash of the full name>";
 //   - tools whose names still clash (ignoring case, since some hosts fold
 //     case) all get "_<hash of device id and tool>".
-func assignNames(devices []namingDevice) naming {
+func assignNames(devices []namingDevice) naming { return assignNamesReserving(devices, nil) }
+
+// assignNamesReserving is assignNames where reserved (lower-case alias →
+// device id) holds the operator's aliases of every board, connected or
+// not: a default alias never takes one of them, so a board that chose its
+// id cannot take the name of a board that is away.
+func assignNamesReserving(devices []namingDevice, reserved map[string]string) naming {
 	out := naming{Aliases: make(map[string]string, len(devices)), Names: map[toolRef]string{}}
 
 	// Aliases.
-	byAlias := map[string][]string{}
+	byAlias := map[string][]namingDevice{}
 	for _, d := range devices {
 		a := truncate(sanitize(d.Alias), maxAliasLen)
+		tier := aliasTier(d)
 		if a == "" {
 			a = DefaultAlias(d.DeviceID)
+			owner, taken := reserved[strings.ToLower(a)]
+			if (taken && owner != d.DeviceID) || (tier == 2 && macDefaultAlias.MatchString(a)) {
+				a = withSuffix(a, shortHash(d.DeviceID), maxAliasLen)
+			}
 		}
 		out.Aliases[d.DeviceID] = a
 		k := strings.ToLower(a)
-		byAlias[k] = append(byAlias[k], d.DeviceID)
+		byAlias[k] = append(byAlias[k], d)
 	}
-	for _, ids := range byAlias {
-		if len(ids) < 2 {
+	for _, group := range byAlias {
+		if len(group) < 2 {
 			continue
 		}
-		for _, id := range ids {
-			out.Aliases[id] = withSuffix(out.Aliases[id], shortHash(id), maxAliasLen)
+		first, equals := 3, 0
+		for _, d := range group {
+			switch t := aliasTier(d); {
+			case t < first:
+				first, equals = t, 1
+			case t == first:
+				equals++
+			}
+		}
+		for _, d := range group {
+			if aliasTier(d) > first || equals > 1 {
+				out.Aliases[d.DeviceID] = withSuffix(out.Aliases[d.DeviceID], shortHash(d.DeviceID), maxAliasLen)
+			}
 		}
 	}
 

@@ -220,7 +220,7 @@ func TestCatalogRoundTrip(t *testing.T) {
 			Tools: mk("self.a.b")},
 		{Identity: device.Identity{DeviceID: "aa:bb:cc:dd:ee:03", HasMCP: true}, State: device.StateInitializing},
 	}
-	c := buildCatalog(infos, nil, catalogOptions{aliases: map[string]string{"aa:bb:cc:dd:ee:02": "dev_ddee01"}})
+	c := buildCatalog(infos, nil, catalogOptions{aliases: MustAliases(map[string]string{"aa:bb:cc:dd:ee:02": "dev_ddee01"})})
 	require.Len(t, c.byName, 5)
 	for name, e := range c.byName {
 		require.Equal(t, name, e.mcpTool.Name)

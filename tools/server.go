@@ -53,9 +53,9 @@ const (
 type Options struct {
 	// Version is reported as serverInfo.version.
 	Version string `yaml:"-"`
-	// Aliases maps a device id (a MAC, in any case or separator style) to
-	// the alias its tool names start with. Boards without one get
-	// DefaultAlias.
+	// Aliases maps a board's MAC (in any case or separator style) to the
+	// alias its tool names start with: see ValidAlias for what an alias
+	// may be. Boards without one get DefaultAlias.
 	Aliases map[string]string `yaml:"aliases"`
 	// ShowUserOnlyTools publishes tools that boards reserve for people
 	// (annotations.audience ["user"]); by default they are hidden from
@@ -147,13 +147,8 @@ func (o *Options) fill() {
 // Validate reports option mistakes in words a user can act on.
 func (o Options) Validate() error {
 	var errs []error
-	for id, alias := range o.Aliases {
-		if strings.TrimSpace(id) == "" {
-			errs = append(errs, fmt.Errorf("mcp.aliases: empty device id for alias %q", alias))
-		}
-		if sanitize(alias) == "" {
-			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q has no usable characters (use letters, digits, '_' or '-')", id, alias))
-		}
+	if _, err := ParseAliases(o.Aliases); err != nil {
+		errs = append(errs, err)
 	}
 	for i, t := range o.Tokens {
 		if strings.TrimSpace(t) == "" || strings.ContainsAny(t, " \t\r\n") {
@@ -173,11 +168,12 @@ func (o Options) Validate() error {
 // Server is the upstream MCP server: one go-sdk server whose tools follow
 // the Hub, served over Streamable HTTP in both protocol eras.
 type Server struct {
-	hub  *device.Hub
-	opts Options
-	log  *zap.Logger
-	mcp  *mcp.Server
-	http *frontHandler
+	hub     *device.Hub
+	opts    Options
+	aliases Aliases // opts.Aliases, checked
+	log     *zap.Logger
+	mcp     *mcp.Server
+	http    *frontHandler
 
 	cat atomic.Pointer[catalog]
 
@@ -212,15 +208,12 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		return nil, err
 	}
 	opts.fill()
-	aliases := make(map[string]string, len(opts.Aliases))
-	for id, a := range opts.Aliases {
-		aliases[device.NormalizeID(strings.TrimSpace(id))] = a
-	}
-	opts.Aliases = aliases
+	aliases := MustAliases(opts.Aliases) // Validate checked them
 
 	s := &Server{
 		hub:        hub,
 		opts:       opts,
+		aliases:    aliases,
 		log:        opts.Logger,
 		remembered: map[string][]device.Tool{},
 		tombstones: map[string]tombstone{},
@@ -389,7 +382,7 @@ func (s *Server) sync() bool {
 		}
 	}
 	old := s.cat.Load()
-	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.opts.Aliases, showUserOnly: s.opts.ShowUserOnlyTools,
+	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.aliases, showUserOnly: s.opts.ShowUserOnlyTools,
 		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
 	s.cat.Store(cur)
 	removed, added := diff(old, cur)

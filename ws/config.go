@@ -54,6 +54,12 @@ type Config struct {
 	// it a new socket gets HTTP 503. 0 means DefaultMaxPendingHellos;
 	// negative values as for MaxConnections.
 	MaxPendingHellos int `yaml:"max_pending_hellos"`
+	// AllowAnyDeviceID admits boards whose Device-Id is not a MAC (a
+	// plain id: letters, digits, '.', '_', '-', at most 64). Off by
+	// default: firmware always sends its MAC, and a board free to choose
+	// its id could choose a name meant for another board. A MAC in any
+	// spelling is accepted either way and written in canonical form.
+	AllowAnyDeviceID bool `yaml:"allow_any_device_id"`
 	// Issued verifies per-board tokens (those the OTA endpoint hands out):
 	// a board presenting the token issued to its own Device-Id is admitted
 	// beside the static Tokens, and one presenting another board's is

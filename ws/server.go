@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,16 +17,12 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // TransportName is the device.Identity transport of WebSocket boards.
 const TransportName = "websocket"
-
-// deviceIDPattern accepts MACs as boards send them ("aa:bb:cc:dd:ee:ff")
-// and other plain identifiers, but nothing that could smuggle markup or
-// control characters into logs and URLs.
-var deviceIDPattern = regexp.MustCompile(`^[A-Za-z0-9:_.-]{1,64}$`)
 
 // Stats counts what the endpoint saw since it started.
 type Stats struct {
@@ -54,6 +49,14 @@ type Server struct {
 	log      *zap.Logger
 	upgrader websocket.Upgrader
 	tokens   bearer.Tokens
+
+	// badIDs throttles the warning for a refused Device-Id: any client
+	// can send one as often as it likes.
+	badIDs logthrottle.Throttle
+	// The other refusals an outsider can repeat at will, throttled the
+	// same way: bad tokens, sockets past the caps, failed upgrades and
+	// failed hellos.
+	badTokens, refusedWarn, upgradeWarn, helloWarn logthrottle.Throttle
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -128,26 +131,40 @@ func (s *Server) Stats() Stats {
 
 // ServeHTTP checks the handshake, upgrades, and runs the hello exchange.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	deviceID := r.Header.Get("Device-Id")
-	log := s.log.WithLazy(zap.String("device_id", deviceID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
-	if !s.authorized(deviceID, r.Header.Get("Client-Id"), r.Header.Get("Authorization")) {
+	// The one place a WebSocket board's id enters: every spelling of a
+	// MAC becomes its canonical form here, so nothing above sees another.
+	raw := r.Header.Get("Device-Id")
+	deviceID, idErr := device.BoardID(raw, s.cfg.AllowAnyDeviceID)
+	logID := deviceID
+	if idErr != nil {
+		logID = raw
+	}
+	log := s.log.WithLazy(zap.String("device_id", logID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	if !s.authorized(logID, r.Header.Get("Client-Id"), r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
-		log.Warn("rejected device: missing or invalid token")
+		s.badTokens.Warn(log, "rejected device: missing or invalid token")
 		http.Error(w, "missing or invalid token", http.StatusUnauthorized)
 		return
 	}
-	if deviceID == "" || !deviceIDPattern.MatchString(deviceID) {
+	if idErr != nil {
 		s.badRequests.Add(1)
-		log.Warn("rejected device: missing or invalid Device-Id header")
-		http.Error(w, "missing or invalid Device-Id header", http.StatusBadRequest)
+		why := "missing Device-Id header"
+		if raw != "" {
+			why = "invalid Device-Id header: " + idErr.Error()
+			if !s.cfg.AllowAnyDeviceID && errors.Is(idErr, device.ErrNotMAC) {
+				why += "; boards send their MAC (websocket.allow_any_device_id admits other ids)"
+			}
+		}
+		s.badIDs.Warn(s.log, "rejected device: missing or invalid Device-Id header", zap.String("reason", why),
+			zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+		http.Error(w, why, http.StatusBadRequest)
 		return
 	}
 	if why := s.admit(); why != "" {
 		if why != errShuttingDown {
-			if n := s.refused.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: a flood does not flood the log
-				log.Warn("refused device connection: "+why, zap.Int64("refused_so_far", n),
-					zap.Int("max_connections", s.cfg.MaxConnections), zap.Int("max_pending_hellos", s.cfg.MaxPendingHellos))
-			}
+			n := s.refused.Add(1)
+			s.refusedWarn.Warn(log, "refused device connection: "+why, zap.Int64("refused_so_far", n),
+				zap.Int("max_connections", s.cfg.MaxConnections), zap.Int("max_pending_hellos", s.cfg.MaxPendingHellos))
 		}
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, why, http.StatusServiceUnavailable)
@@ -157,7 +174,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.release(true)
 		s.badRequests.Add(1)
-		log.Warn("websocket upgrade failed", zap.Error(err))
+		s.upgradeWarn.Warn(log, "websocket upgrade failed", zap.Error(err))
 		return // the upgrader already answered
 	}
 	c := newConn(wsConn, s.cfg, log)
@@ -188,7 +205,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hello, err := s.awaitHello(c)
 	if err != nil {
 		s.helloFailures.Add(1)
-		log.Warn("closing device connection: hello exchange failed", zap.Error(err))
+		s.helloWarn.Warn(log, "closing device connection: hello exchange failed", zap.Error(err))
 		c.Close(err)
 		return
 	}

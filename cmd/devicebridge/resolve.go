@@ -63,6 +63,18 @@ func matchBoard(boards []board, name string) (board, error) {
 	if n == "" {
 		return board{}, errf(exitUsage, "name a board: a MAC, its last digits or an alias (devicebridge devices lists them)")
 	}
+	// An alias first: names win over ids, so that a board cannot take an
+	// operator's name by choosing it as its id (the bridge also resolves
+	// a configured name first when the CLI asks for the board by id).
+	var hits []board
+	for _, b := range boards {
+		if b.Alias != "" && strings.ToLower(b.Alias) == n {
+			hits = append(hits, b)
+		}
+	}
+	if len(hits) == 1 {
+		return hits[0], nil
+	}
 	for _, b := range boards { // exact id, any case
 		if strings.ToLower(b.DeviceID) == n {
 			return b, nil
@@ -73,12 +85,6 @@ func matchBoard(boards []board, name string) (board, error) {
 			if hexOf(b.DeviceID) == h {
 				return b, nil
 			}
-		}
-	}
-	var hits []board
-	for _, b := range boards { // alias
-		if b.Alias != "" && strings.ToLower(b.Alias) == n {
-			hits = append(hits, b)
 		}
 	}
 	if len(hits) == 0 && isMACish(n) { // last digits

@@ -90,7 +90,8 @@ func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		return h.refuseCutOff(cl, st)
 	}
 	h.b.refusedID.Add(1)
-	h.b.warns.refusedID.Warn(h.b.log, "refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid)",
+	h.b.warns.refusedID.Warn(h.b.log, "refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid; "+
+		"mqtt.auth.allow_any_client_id admits other ids)",
 		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
 	_ = h.b.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
 	return packets.ErrClientIdentifierNotValid
