@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/natstest"
 )
 
 // TestMACSpellingsAreOneBoardAcrossNodes: a board attached on another node
@@ -40,7 +41,7 @@ func TestMACSpellingsAreOneBoardAcrossNodes(t *testing.T) {
 func TestDirectoryRecordsMatchTheirKeys(t *testing.T) {
 	url := startNATS(t)
 	a, _ := startNode(t, url, "a"), startNode(t, url, "b")
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.UserInfo(natstest.User, natstest.Password))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
