@@ -52,7 +52,7 @@ const (
 // timeout, zero workers, a bound switched off) and what would hurt the
 // bridge itself (a queue of a billion), not unusual choices.
 var numericKeys = map[string]numRange{
-	"websocket.hello_timeout":      durations(time.Second, 5*time.Minute),
+	"websocket.hello_timeout":      durations(100*time.Millisecond, 5*time.Minute),
 	"websocket.read_limit":         byteSizes(512, 16*mib),
 	"websocket.write_timeout":      durations(time.Second, 5*time.Minute),
 	"websocket.ping_interval":      durations(time.Second, 110*time.Second), // boards drop a link silent for 120 s

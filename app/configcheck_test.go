@@ -85,7 +85,7 @@ func TestNumberErrorsReadWell(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bridge.yaml")
 	for body, want := range map[string]string{
-		"websocket: {hello_timeout: -5s}":                        "websocket.hello_timeout -5s: use a duration from 1s to 5m; default 10s",
+		"websocket: {hello_timeout: -5s}":                        "websocket.hello_timeout -5s: use a duration from 100ms to 5m; default 10s",
 		"websocket: {max_connections: -1}":                       "websocket.max_connections -1: use a whole number from 1 to 1048576; default 16384",
 		"devices: {queue_size: 0}":                               "devices.queue_size 0: use a whole number from 1 to 4096; default 16",
 		"devices: {tool_timeouts: {self.camera.take_photo: 0s}}": "devices.tool_timeouts.self.camera.take_photo 0s: use a duration from 100ms to 1h; default 1m",
