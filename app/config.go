@@ -64,6 +64,12 @@ type DevicesConfig struct {
 	QueueSize      int                      `yaml:"queue_size"`
 	MaxPages       int                      `yaml:"max_pages"`
 	MaxTools       int                      `yaml:"max_tools"`
+	// MaxCatalogBytes bounds a board's tools/list replies, pages together;
+	// 0 means device.DefaultMaxCatalogBytes.
+	MaxCatalogBytes int `yaml:"max_catalog_bytes"`
+	// ToolLimits bound what a board may declare about each tool; a tool
+	// past them is refused (device.ToolLimits).
+	ToolLimits device.ToolLimits `yaml:"tool_limits"`
 	// MaxProbes bounds liveness probes of idle boards in flight across the
 	// bridge (device.HubConfig.MaxProbes); 0 means device.DefaultMaxProbes.
 	MaxProbes int `yaml:"max_probes"`
@@ -147,6 +153,12 @@ func (c Config) Validate() error {
 	if c.Devices.MaxProbes < 0 {
 		errs = append(errs, fmt.Errorf("devices.max_probes %d: use 1 or more, or 0 for the default (%d)", c.Devices.MaxProbes, device.DefaultMaxProbes))
 	}
+	if c.Devices.MaxCatalogBytes < 0 {
+		errs = append(errs, fmt.Errorf("devices.max_catalog_bytes %d: use a positive size in bytes, or 0 for the default (%d)", c.Devices.MaxCatalogBytes, device.DefaultMaxCatalogBytes))
+	}
+	if err := c.Devices.ToolLimits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Control.EventsReplay < 0 {
 		errs = append(errs, errors.New("control.events_replay must not be negative (0 keeps no events)"))
 	}
@@ -188,11 +200,13 @@ func (c Config) hubConfig(version string) device.HubConfig {
 			WithUserTools:  d.WithUserTools,
 			MaxPages:       d.MaxPages,
 			MaxTools:       d.MaxTools,
+			MaxListBytes:   d.MaxCatalogBytes,
 			RequestTimeout: d.RequestTimeout,
 			CallTimeout:    d.CallTimeout,
 			ToolTimeouts:   d.ToolTimeouts,
 			QueueSize:      d.QueueSize,
 		},
+		ToolLimits:  d.ToolLimits,
 		InitTimeout: d.InitTimeout,
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,

@@ -35,6 +35,10 @@ var (
 	ErrDisconnected = mcpclient.ErrDisconnected
 )
 
+// DefaultMaxCatalogBytes bounds a board's tools/list replies, pages
+// together (ClientOptions.MaxListBytes).
+const DefaultMaxCatalogBytes = mcpclient.DefaultMaxListBytes
+
 // DefaultToolTimeouts are the per-tool call timeouts boards need (tools that
 // legitimately take long, such as taking a photo).
 func DefaultToolTimeouts() map[string]time.Duration { return mcpclient.DefaultToolTimeouts() }
