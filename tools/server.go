@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -496,7 +495,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 			return next(ctx, method, req)
 		}
 		cat := s.cat.Load()
-		label := fmt.Sprintf("%q (%s, %s)", t.alias, cmp.Or(t.board, "board"), t.deviceID)
+		label := labelOf(t.alias, t.board, t.deviceID)
 		s.log.Info("call to a withdrawn tool", zap.String("device_id", t.deviceID), zap.String("tool", t.tool),
 			zap.String("name", p.Name))
 		v, present := cat.byDevice[t.deviceID]
@@ -577,9 +576,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	return out
 }
 
-func (e *entry) label() string {
-	return fmt.Sprintf("%q (%s, %s)", e.alias, cmp.Or(e.board, "board"), e.deviceID)
-}
+func (e *entry) label() string { return labelOf(e.alias, e.board, e.deviceID) }
 
 // heartbeat sends notifications/progress every ProgressInterval while the
 // call waits for its board, if the client asked for progress. The returned
