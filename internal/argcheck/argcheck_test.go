@@ -337,7 +337,7 @@ func TestMeasure(t *testing.T) {
 	assert.Equal(t, "$dynamicRef", sh.Ref, "a $ref inside a default value is a value, not a reference")
 	assert.Equal(t, 2, sh.PatternCost, "pattern counts where it is a keyword")
 
-	for _, bad := range []string{`{`, `{"a":1}x`, `{} {}`, `[1,]`} {
+	for _, bad := range []string{`{`, `{"a":1}x`, `{} {}`, `[1,]`, ``, ` `} {
 		_, err := Measure(json.RawMessage(bad))
 		assert.Error(t, err, bad)
 	}

@@ -198,7 +198,7 @@ func Measure(raw json.RawMessage) (Shape, error) {
 			values += afterValue(top())
 		}
 	}
-	if len(stack) != 0 {
+	if len(stack) != 0 || values == 0 {
 		return sh, errors.New("unexpected end of JSON input")
 	}
 	return sh, nil
