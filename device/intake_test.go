@@ -137,6 +137,23 @@ func TestBoardWithEveryToolRefusedIsClosed(t *testing.T) {
 	assert.Len(t, info.RefusedTools, 1)
 }
 
+func TestRefusedToolsShownAreBounded(t *testing.T) {
+	h := newHub(t)
+	var list []string
+	for i := range 60 { // one message (64 KiB): 60 tools nesting 35 levels
+		list = append(list, toolJSON(fmt.Sprint("self.deep", i), deepSchema(17)))
+	}
+	list = append(list, toolJSON("self.ok", `{}`))
+	_, link := startBoard(t, `[`+strings.Join(list, ",")+`]`)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:12", Transport: "test", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+	assert.Len(t, s.Info().RefusedTools, maxRefusedShown, "Info carries the first few refusals, not a list the board sizes")
+	assert.Len(t, s.Info().Tools, 1)
+}
+
 func TestBoardNameIsCut(t *testing.T) {
 	h := newHub(t)
 	long := strings.Repeat("é", 200)

@@ -371,8 +371,13 @@ func (s *Session) intake(listed []Tool) ([]Tool, []RefusedTool) {
 	s.hub.refusedLog.Warn(s.log, "board tools refused: past the bounds on what a board may declare (devices.tool_limits); "+
 		"its other tools are offered", zap.Int("refused", len(refused)), zap.Int("offered", len(tools)),
 		zap.String("tool", refused[0].Name), zap.String("reason", refused[0].Reason))
-	return tools, refused
+	// Info travels in every event and directory record: the first few
+	// say what is wrong with the board.
+	return tools, refused[:min(len(refused), maxRefusedShown):min(len(refused), maxRefusedShown)]
 }
+
+// maxRefusedShown bounds Info.RefusedTools.
+const maxRefusedShown = 32
 
 func (s *Session) finish() {
 	s.mu.Lock()

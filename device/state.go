@@ -43,8 +43,8 @@ type Info struct {
 	FirmwareVersion string `json:"firmware_version,omitempty"`
 	Tools           []Tool `json:"-"`
 	// RefusedTools are the tools the board listed past the bounds of
-	// HubConfig.ToolLimits: the bridge does not offer them (Tools leaves
-	// them out).
+	// HubConfig.ToolLimits (the first 32 of them): the bridge does not
+	// offer them (Tools leaves them out).
 	RefusedTools []RefusedTool `json:"refused_tools,omitempty"`
 	ConnectedAt  time.Time     `json:"connected_at"`
 	ReadyAt      time.Time     `json:"ready_at,omitzero"`
