@@ -281,6 +281,11 @@ simulate:
 	_, err = app.ParseArgs("bridge", []string{"--config", file})
 	require.ErrorContains(t, err, "call_timout", "a typo is an error, not a silent default")
 
+	require.NoError(t, os.WriteFile(file, []byte("devices:\n  max_catalog_bytes: -1\n  tool_limits: {max_schema_depth: 500}\n"), 0o600))
+	_, err = app.ParseArgs("bridge", []string{"--config", file})
+	require.ErrorContains(t, err, "devices.max_catalog_bytes -1")
+	require.ErrorContains(t, err, "devices.tool_limits.max_schema_depth 500: use a whole number from 4 to 64")
+
 	_, err = app.ParseArgs("bridge", []string{"--log-format", "xml"})
 	require.ErrorContains(t, err, "log.format")
 	_, err = app.ParseArgs("bridge", []string{"--config", filepath.Join(dir, "missing.yaml")})

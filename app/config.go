@@ -71,6 +71,11 @@ type DevicesConfig struct {
 	QueueSize      int                      `yaml:"queue_size"`
 	MaxPages       int                      `yaml:"max_pages"`
 	MaxTools       int                      `yaml:"max_tools"`
+	// MaxCatalogBytes bounds a board's tools/list replies, pages together.
+	MaxCatalogBytes int `yaml:"max_catalog_bytes"`
+	// ToolLimits bound what a board may declare about each tool; a tool
+	// past them is refused (device.ToolLimits).
+	ToolLimits device.ToolLimits `yaml:"tool_limits"`
 	// MaxProbes bounds liveness probes of idle boards in flight across the
 	// bridge (device.HubConfig.MaxProbes); 0 means device.DefaultMaxProbes.
 	MaxProbes int `yaml:"max_probes"`
@@ -111,16 +116,18 @@ type SimulateConfig struct {
 // so that a 0 written in a file is the user's and can be refused.
 func defaultDevicesConfig() DevicesConfig {
 	return DevicesConfig{
-		WithUserTools:  true,
-		RequestTimeout: device.DefaultRequestTimeout,
-		CallTimeout:    device.DefaultCallTimeout,
-		ToolTimeouts:   device.DefaultToolTimeouts(),
-		InitTimeout:    device.DefaultInitTimeout,
-		ReadyWait:      device.DefaultReadyWait,
-		QueueSize:      device.DefaultQueueSize,
-		MaxPages:       device.DefaultMaxPages,
-		MaxTools:       device.DefaultMaxTools,
-		MaxProbes:      device.DefaultMaxProbes,
+		WithUserTools:   true,
+		RequestTimeout:  device.DefaultRequestTimeout,
+		CallTimeout:     device.DefaultCallTimeout,
+		ToolTimeouts:    device.DefaultToolTimeouts(),
+		InitTimeout:     device.DefaultInitTimeout,
+		ReadyWait:       device.DefaultReadyWait,
+		QueueSize:       device.DefaultQueueSize,
+		MaxPages:        device.DefaultMaxPages,
+		MaxTools:        device.DefaultMaxTools,
+		MaxProbes:       device.DefaultMaxProbes,
+		MaxCatalogBytes: device.DefaultMaxCatalogBytes,
+		ToolLimits:      device.ToolLimits{}.WithDefaults(),
 		Flapping: device.FlapPolicy{Limit: device.DefaultFlapLimit, Window: device.DefaultFlapWindow,
 			Backoff: device.DefaultFlapBackoff},
 	}
@@ -227,11 +234,13 @@ func (c Config) hubConfig(version string) device.HubConfig {
 			WithUserTools:  d.WithUserTools,
 			MaxPages:       d.MaxPages,
 			MaxTools:       d.MaxTools,
+			MaxListBytes:   d.MaxCatalogBytes,
 			RequestTimeout: d.RequestTimeout,
 			CallTimeout:    d.CallTimeout,
 			ToolTimeouts:   d.ToolTimeouts,
 			QueueSize:      d.QueueSize,
 		},
+		ToolLimits:  d.ToolLimits,
 		InitTimeout: d.InitTimeout,
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,

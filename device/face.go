@@ -45,6 +45,9 @@ const (
 	DefaultQueueSize      = mcpclient.DefaultQueueSize
 	DefaultMaxPages       = mcpclient.DefaultMaxPages
 	DefaultMaxTools       = mcpclient.DefaultMaxTools
+	// DefaultMaxCatalogBytes bounds a board's tools/list replies, pages
+	// together (ClientOptions.MaxListBytes).
+	DefaultMaxCatalogBytes = mcpclient.DefaultMaxListBytes
 )
 
 // DefaultToolTimeouts are the per-tool call timeouts boards need (tools that

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
@@ -53,6 +54,9 @@ type HubConfig struct {
 	// gateway's queue at the broker, in particular. 0 means
 	// DefaultMaxInitializing.
 	MaxInitializing int
+	// ToolLimits bound what a board may declare about each tool (see
+	// ToolLimits); zero fields take the defaults.
+	ToolLimits ToolLimits
 	// EventHistory is how many recent events the Hub keeps so that a
 	// subscriber can resume after the last one it saw (SubscribeAfter); 0
 	// keeps none. With a history, call outcomes are recorded even while
@@ -119,6 +123,9 @@ type Hub struct {
 	remote atomic.Pointer[remoteBox]
 	// inits holds one token per board initializing (MaxInitializing).
 	inits chan struct{}
+	// refusedLog throttles the warning about refused tools: a board can
+	// reconnect and list them again at will.
+	refusedLog logthrottle.Throttle
 
 	// draining ends when Drain is called: calls in flight are answered
 	// with ErrShutdown and new ones refused.
@@ -148,6 +155,7 @@ func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
 	cfg.Flapping.Backoff = cmp.Or(cfg.Flapping.Backoff, DefaultFlapBackoff)
 	cfg.MaxProbes = cmp.Or(max(cfg.MaxProbes, 0), DefaultMaxProbes)
 	cfg.MaxInitializing = cmp.Or(max(cfg.MaxInitializing, 0), DefaultMaxInitializing)
+	cfg.ToolLimits = cfg.ToolLimits.WithDefaults()
 	if logger == nil {
 		logger = zap.NewNop()
 	}

@@ -212,16 +212,18 @@ func (s *Session) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tools, err := c.ListTools(ctx)
+	listed, err := c.ListTools(ctx)
 	if err != nil {
 		return err
 	}
+	tools, refused := s.intake(listed)
 	s.mu.Lock()
 	changed := !toolsEqual(s.info.Tools, tools)
 	if changed {
 		s.info.Tools = tools
 		s.schemas = nil
 	}
+	s.info.RefusedTools = refused
 	s.mu.Unlock()
 	if changed {
 		s.log.Info("device tools changed", zap.Int("tools", len(tools)))
@@ -306,8 +308,14 @@ func (s *Session) initialize() bool {
 	start := time.Now()
 	res, err := client.Initialize(ctx)
 	var tools []Tool
+	var refused []RefusedTool
 	if err == nil {
-		tools, err = client.ListTools(ctx)
+		var listed []Tool
+		listed, err = client.ListTools(ctx)
+		tools, refused = s.intake(listed)
+		if len(listed) > 0 && len(tools) == 0 {
+			err = fmt.Errorf("%w: all %d of its tools, the first because %s", errAllRefused, len(listed), refused[0].Reason)
+		}
 	}
 	<-s.hub.inits
 	if err != nil {
@@ -321,6 +329,7 @@ func (s *Session) initialize() bool {
 		}
 		s.mu.Lock()
 		s.info.InitError = err.Error()
+		s.info.RefusedTools = refused
 		s.mu.Unlock()
 		s.log.Warn("device initialization failed; closing its connection", zap.Error(err))
 		s.link.Close(fmt.Errorf("%w: %w", errInitFailed, err))
@@ -330,9 +339,11 @@ func (s *Session) initialize() bool {
 	s.mu.Lock()
 	s.info.State = StateReady
 	s.info.ReadyAt = time.Now()
-	s.info.Board = res.ServerInfo.Name
-	s.info.FirmwareVersion = res.ServerInfo.Version
+	// Shown in every tool description and listing: cut like tool names.
+	s.info.Board = cutUTF8(res.ServerInfo.Name, s.hub.cfg.ToolLimits.MaxNameBytes)
+	s.info.FirmwareVersion = cutUTF8(res.ServerInfo.Version, s.hub.cfg.ToolLimits.MaxNameBytes)
 	s.info.Tools = tools
+	s.info.RefusedTools = refused
 	s.mu.Unlock()
 	close(s.ready)
 	s.log.Info("device ready", zap.String("board", res.ServerInfo.Name),
@@ -341,6 +352,32 @@ func (s *Session) initialize() bool {
 	s.hub.publishIfCurrent(s, EventOnline)
 	return true
 }
+
+// errAllRefused: every tool a board listed is past ToolLimits; a board
+// with nothing to offer is closed, with the reason, as if its
+// initialization had failed.
+var errAllRefused = errors.New("the bridge refused every tool the board listed")
+
+// intake checks a board's tool list against the Hub's ToolLimits before
+// anything else sees it, and says which tools it refused.
+func (s *Session) intake(listed []Tool) ([]Tool, []RefusedTool) {
+	tools, refused := CheckTools(listed, s.hub.cfg.ToolLimits)
+	if len(refused) == 0 {
+		return tools, nil
+	}
+	for _, r := range refused {
+		s.log.Debug("board tool refused", zap.String("tool", r.Name), zap.String("reason", r.Reason))
+	}
+	s.hub.refusedLog.Warn(s.log, "board tools refused: past the bounds on what a board may declare (devices.tool_limits); "+
+		"its other tools are offered", zap.Int("refused", len(refused)), zap.Int("offered", len(tools)),
+		zap.String("tool", refused[0].Name), zap.String("reason", refused[0].Reason))
+	// Info travels in every event and directory record: the first few
+	// say what is wrong with the board.
+	return tools, refused[:min(len(refused), maxRefusedShown):min(len(refused), maxRefusedShown)]
+}
+
+// maxRefusedShown bounds Info.RefusedTools.
+const maxRefusedShown = 32
 
 func (s *Session) finish() {
 	s.mu.Lock()

@@ -39,12 +39,16 @@ type Info struct {
 	// InitError says why initialization failed, if it did.
 	InitError string `json:"init_error,omitempty"`
 	// Board and FirmwareVersion come from the board's initialize reply.
-	Board           string    `json:"board,omitempty"`
-	FirmwareVersion string    `json:"firmware_version,omitempty"`
-	Tools           []Tool    `json:"-"`
-	ConnectedAt     time.Time `json:"connected_at"`
-	ReadyAt         time.Time `json:"ready_at,omitzero"`
-	ClosedAt        time.Time `json:"closed_at,omitzero"`
+	Board           string `json:"board,omitempty"`
+	FirmwareVersion string `json:"firmware_version,omitempty"`
+	Tools           []Tool `json:"-"`
+	// RefusedTools are the tools the board listed past the bounds of
+	// HubConfig.ToolLimits (the first 32 of them): the bridge does not
+	// offer them (Tools leaves them out).
+	RefusedTools []RefusedTool `json:"refused_tools,omitempty"`
+	ConnectedAt  time.Time     `json:"connected_at"`
+	ReadyAt      time.Time     `json:"ready_at,omitzero"`
+	ClosedAt     time.Time     `json:"closed_at,omitzero"`
 	// Node names the bridge node that holds the board; it is set only for
 	// boards another node holds (see Hub.SetRemote), empty for local ones.
 	Node string `json:"node,omitempty"`

@@ -449,7 +449,7 @@ func garbageCases() []garbageCase {
 		}()), want: "tool limit"},
 		{name: "list: 10,000 tools in one page", h: replyTo("tools/list", withID(tools(10000, 0)+`}`)), want: "close 1009"},
 		{name: "list: 1 MB schema", h: replyTo("tools/list", withID(`{"tools":[{"name":"self.ping","inputSchema":{"type":"object","description":"`+strings.Repeat("s", 1<<20)+`"}}]}`)), want: "close 1009"},
-		{name: "list: 1,000-property schema (50 KB)", h: replyTo("tools/list", withID(bigSchema(1000))), ready: true},
+		{name: "list: 1,000-property schema (50 KB)", h: replyTo("tools/list", withID(bigSchema(1000))), want: "refused every tool"},
 		{name: "list: tools an object", h: replyTo("tools/list", withID(`{"tools":{}}`)), want: "initializ"},
 		{name: "list: tool name a number", h: replyTo("tools/list", withID(`{"tools":[{"name":5}]}`)), want: "initializ"},
 		{name: "list: tool without name", h: replyTo("tools/list", withID(`{"tools":[{"description":"x"}]}`)), want: "name"},
@@ -524,10 +524,6 @@ func garbageReplies(t *testing.T, b *bridge, s *tally) {
 		}
 		tool := "self.ping"
 		argSets := []any{nil, map[string]any{"a": 1, "p0": 0}}
-		if strings.Contains(c.name, "1,000-property") {
-			tool, argSets = "self.big", []any{map[string]any{"p0": 0, "p999": 999}}
-			c.calls = []int{http.StatusOK}
-		}
 		for n, args := range argSets {
 			if len(c.calls) == 0 {
 				break

@@ -21,6 +21,10 @@ const (
 	DefaultQueueSize      = 16
 	DefaultMaxPages       = 32
 	DefaultMaxTools       = 512
+	// DefaultMaxListBytes bounds a board's whole tool list, all pages
+	// together: the firmware's own pages stay under 8000 bytes, and a
+	// board with every common and board tool lists about 10 KB.
+	DefaultMaxListBytes = 256 << 10
 )
 
 // DefaultToolTimeouts lists the board tools known to be slow: the camera
@@ -57,6 +61,9 @@ type Options struct {
 	WithUserTools bool
 	MaxPages      int
 	MaxTools      int
+	// MaxListBytes bounds the tools/list replies of one listing, pages
+	// together.
+	MaxListBytes int
 	// RequestTimeout bounds initialize and each tools/list page.
 	RequestTimeout time.Duration
 	// CallTimeout bounds tools/call unless ToolTimeouts names the tool.
@@ -78,6 +85,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxTools <= 0 {
 		o.MaxTools = DefaultMaxTools
+	}
+	if o.MaxListBytes <= 0 {
+		o.MaxListBytes = DefaultMaxListBytes
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
@@ -172,14 +182,24 @@ func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
 	seenCursor := map[string]bool{}
 	seenTool := map[string]bool{}
 	cursor := ""
+	size := 0
 	for page := 0; ; page++ {
 		if page >= c.opts.MaxPages {
 			return nil, fmt.Errorf("%w (%d pages)", ErrTooManyPages, c.opts.MaxPages)
 		}
-		var res listToolsResult
+		var raw json.RawMessage
 		params := listToolsParams{Cursor: cursor, WithUserTools: c.opts.WithUserTools}
-		if err := c.timed(ctx, "tools/list", params, &res, c.opts.RequestTimeout); err != nil {
+		if err := c.timed(ctx, "tools/list", params, &raw, c.opts.RequestTimeout); err != nil {
 			return nil, fmt.Errorf("tools/list page %d: %w", page+1, err)
+		}
+		// Counted before decoding the page: a board's tool list stays in
+		// memory as long as it is connected.
+		if size += len(raw); size > c.opts.MaxListBytes {
+			return nil, fmt.Errorf("%w (%d bytes by page %d, limit %d)", ErrListTooLarge, size, page+1, c.opts.MaxListBytes)
+		}
+		var res listToolsResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, fmt.Errorf("tools/list page %d: %w: %v", page+1, ErrBadReply, err)
 		}
 		for _, t := range res.Tools {
 			if t.Name == "" {

@@ -158,6 +158,15 @@ func TestListToolsLimits(t *testing.T) {
 			}
 		}(), wantErr: ErrTooManyPages},
 		{name: "tool cap", opts: Options{MaxTools: 5}, board: pagedBoard([]string{"a", "b", "c", "d", "e", "f", "g"}, 3), wantErr: ErrTooManyTools},
+		// Pages each under the frame limit still add up: the whole list
+		// is bounded too.
+		{name: "size cap", opts: Options{MaxListBytes: 1000}, board: func() func(r request) string {
+			n := 0
+			return func(r request) string {
+				n++
+				return result(r, fmt.Sprintf(`{"tools":[%s],"nextCursor":"c%d"}`, tool(fmt.Sprint(strings.Repeat("t", 300), n)), n))
+			}
+		}(), wantErr: ErrListTooLarge},
 		{name: "nameless tool", board: func(r request) string {
 			return result(r, `{"tools":[{"description":"x"}]}`)
 		}, wantErr: ErrBadReply},

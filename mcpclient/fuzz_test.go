@@ -102,7 +102,7 @@ func FuzzBoardReply(f *testing.F) {
 			return
 		}
 		var de *DeviceError
-		for _, known := range []error{ErrDisconnected, ErrBadReply, ErrCursorLoop, ErrTooManyPages, ErrTooManyTools, ErrTimeout} {
+		for _, known := range []error{ErrDisconnected, ErrBadReply, ErrCursorLoop, ErrTooManyPages, ErrTooManyTools, ErrListTooLarge, ErrTimeout} {
 			if errors.Is(err, known) {
 				return
 			}

@@ -30,6 +30,8 @@ var (
 	ErrTooManyPages = errors.New("tools/list exceeded the page limit")
 	// ErrTooManyTools means tools/list exceeded the tool cap.
 	ErrTooManyTools = errors.New("tools/list exceeded the tool limit")
+	// ErrListTooLarge means tools/list replies exceeded the size cap.
+	ErrListTooLarge = errors.New("tools/list exceeded the size limit")
 	// ErrBadReply means the board replied with something that is not the
 	// expected result shape.
 	ErrBadReply = errors.New("malformed reply from device")

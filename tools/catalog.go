@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -185,7 +186,7 @@ func newEntry(c *catalog, name string, v *deviceView, t device.Tool, confirm boo
 	e.schema, e.schemaErr = c.parse(t.InputSchema, opts.prev)
 	e.mcpTool = &mcp.Tool{
 		Name:        name,
-		Title:       fmt.Sprintf("%s on %s", strings.TrimPrefix(t.Name, "self."), v.alias),
+		Title:       fmt.Sprintf("%s on %s", boardText(strings.TrimPrefix(t.Name, "self.")), v.alias),
 		Description: toolDescription(v, t, e.confirm),
 		InputSchema: e.schema.Published(),
 	}
@@ -237,29 +238,66 @@ func b2i(b bool) int {
 // boardLabel names a board for people and models: its alias, board type
 // and MAC.
 func boardLabel(v *deviceView) string {
-	board := v.info.Board
+	return labelOf(v.alias, v.info.Board, v.info.DeviceID)
+}
+
+// labelOf is boardLabel from its parts; board is what the board calls
+// itself, quoted as board text.
+func labelOf(alias, board, deviceID string) string {
+	board = boardText(board)
 	if board == "" {
 		board = "board"
 	}
-	return fmt.Sprintf("%q (%s, %s)", v.alias, board, v.info.DeviceID)
+	return fmt.Sprintf("%q (%s, %s)", alias, board, deviceID)
 }
+
+// What a tool description says, in a fixed order: the bridge's header
+// naming the board, then the bridge's notes, each in square brackets, then
+// the board's own description, last and in « ». Board text never contains
+// those brackets or quotes (boardText), so a board cannot write a line that
+// reads as the bridge's, such as a note that a tool needs no confirmation,
+// nor end its quotation early: a host or a model can tell the bridge's
+// words from the board's.
+const (
+	noteUserOnly = "[User-only tool: the board reserves it for people; call it only when the user explicitly asks for it.]"
+	// Said up front so that a model whose host cannot show the question
+	// asks the user itself instead of learning it from a refusal.
+	noteConfirm = "[Needs the user's confirmation: the bridge asks the user before running it; a client that cannot show " +
+		"questions must pass \"confirm\": true, and only after the user agreed.]"
+	boardWordsIntro = "The board's own description of it, quoted: "
+)
 
 func toolDescription(v *deviceView, t device.Tool, confirm bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Acts on board %s through its tool %s.", boardLabel(v), t.Name)
-	if d := strings.TrimSpace(t.Description); d != "" {
-		b.WriteString(" ")
-		b.WriteString(d)
-	}
+	fmt.Fprintf(&b, "Acts on board %s through its tool %s.", boardLabel(v), boardText(t.Name))
 	if t.UserOnly() {
-		b.WriteString(" [User-only tool: the board reserves it for people; call it only when the user explicitly asks for it.]")
+		b.WriteString(" " + noteUserOnly)
 	}
 	if confirm {
-		// Said up front so that a model whose host cannot show the question
-		// asks the user itself instead of learning it from a refusal.
-		b.WriteString(" [Needs the user's confirmation: the bridge asks the user before running it; a client that cannot show questions must pass \"confirm\": true, and only after the user agreed.]")
+		b.WriteString(" " + noteConfirm)
+	}
+	if d := boardText(t.Description); d != "" {
+		b.WriteString(" " + boardWordsIntro + "«" + d + "»")
 	}
 	return b.String()
+}
+
+// boardMarks are the characters the bridge frames its own words and the
+// board's with; in board text they become look-alikes that frame nothing.
+var boardMarks = strings.NewReplacer("[", "(", "]", ")", "«", "\"", "»", "\"")
+
+// boardText makes text a board wrote safe to quote in what the bridge
+// publishes: its framing characters replaced (see toolDescription), and
+// line breaks, other control characters and runs of spaces made one space,
+// so that it cannot start a line of its own either.
+func boardText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(boardMarks.Replace(s)), " ")
 }
 
 // diff lists what changed between two catalogues: names to remove and

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // Defaults for Options fields left at zero.
@@ -186,6 +186,9 @@ type Server struct {
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
 	remembered map[string][]device.Tool
+	// uncheckedLog and unpublishedLog throttle warnings about a board's
+	// tools: a board can reconnect and list the same tools again at will.
+	uncheckedLog, unpublishedLog logthrottle.Throttle
 
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
@@ -388,7 +391,7 @@ func (s *Server) sync() bool {
 	removed, added := diff(old, cur)
 	for _, e := range added {
 		if e.schemaErr != nil {
-			s.log.Warn("board tool has an input schema the bridge cannot check; arguments pass unchecked",
+			s.uncheckedLog.Warn(s.log, "board tool has an input schema the bridge cannot check; arguments pass unchecked",
 				zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name), zap.Error(e.schemaErr))
 		}
 	}
@@ -402,11 +405,30 @@ func (s *Server) sync() bool {
 	}
 	sort.Slice(added, func(i, j int) bool { return added[i].name < added[j].name })
 	for _, e := range added {
-		s.mcp.AddTool(e.mcpTool, s.toolHandler(e))
+		if err := s.publish(e); err != nil {
+			s.unpublishedLog.Warn(s.log, "board tool could not be published; it is refused (its board passed the bounds of "+
+				"devices.tool_limits, please report it)", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name),
+				zap.Error(err))
+		}
 	}
 	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
 		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
 	return true
+}
+
+// publish adds a board tool to the go-sdk server, which panics on a tool
+// it does not accept. The intake bounds (device.ToolLimits) and argcheck's
+// ceilings keep such tools out; this is the last line of defence should a
+// board find a way past them: its tool is not published (a call to it is
+// an unknown tool), instead of the process going down.
+func (s *Server) publish(e *entry) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the MCP server refused it: %v", r)
+		}
+	}()
+	s.mcp.AddTool(e.mcpTool, s.toolHandler(e))
+	return nil
 }
 
 // Published reports whether the tools served upstream show the board
@@ -472,7 +494,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 			return next(ctx, method, req)
 		}
 		cat := s.cat.Load()
-		label := fmt.Sprintf("%q (%s, %s)", t.alias, cmp.Or(t.board, "board"), t.deviceID)
+		label := labelOf(t.alias, t.board, t.deviceID)
 		s.log.Info("call to a withdrawn tool", zap.String("device_id", t.deviceID), zap.String("tool", t.tool),
 			zap.String("name", p.Name))
 		v, present := cat.byDevice[t.deviceID]
@@ -553,9 +575,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	return out
 }
 
-func (e *entry) label() string {
-	return fmt.Sprintf("%q (%s, %s)", e.alias, cmp.Or(e.board, "board"), e.deviceID)
-}
+func (e *entry) label() string { return labelOf(e.alias, e.board, e.deviceID) }
 
 // heartbeat sends notifications/progress every ProgressInterval while the
 // call waits for its board, if the client asked for progress. The returned

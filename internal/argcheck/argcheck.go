@@ -66,6 +66,35 @@ type Schema struct {
 	// jsonschema-go on the whole object. Without it that run would only
 	// repeat the per-argument verdicts.
 	wholeCheck bool
+	// patternCost is Shape.PatternCost: it narrows how many bytes of
+	// arguments are checked (argsLimit).
+	patternCost int
+}
+
+// Bounds on checking one call, so that its time is bounded whatever the
+// schema and the arguments (a board sends the one, a host the other).
+const (
+	// MaxArgsBytes bounds a call's arguments: a board takes at most 64 KiB
+	// in one message, so longer arguments could never reach it.
+	MaxArgsBytes = 64 << 10
+	// patternBudget bounds bytes of arguments times Shape.PatternCost, the
+	// work of matching them against the schema's regular expressions
+	// (about 0.2 s at worst).
+	patternBudget = 1 << 21
+	// maxProblems bounds the problems described for one call: describing
+	// one costs up to the size of the schema, and a caller needs the first
+	// few to fix its call.
+	maxProblems = 16
+)
+
+// bytesLimit is how many bytes of arguments (or of one value) may be
+// checked against a schema whose patterns cost patternCost, with what
+// bounds it, in words.
+func bytesLimit(patternCost int) (int, string) {
+	if patternCost > 0 && patternBudget/patternCost < MaxArgsBytes {
+		return patternBudget / patternCost, "the tool's patterns can be checked against in bounded time"
+	}
+	return MaxArgsBytes, "a board takes in one message"
 }
 
 // perArgumentKeywords are the object-level keywords the per-argument
@@ -99,6 +128,16 @@ func Parse(raw json.RawMessage) (s *Schema, err error) {
 		s.published = emptyObjectSchema
 		return s, nil
 	}
+	// Measured before any library sees it: past the ceilings, resolving or
+	// checking against it could take seconds per call, or fail.
+	shape, err := Measure(raw)
+	if err != nil {
+		return fail(fmt.Errorf("input schema is not a JSON object: %w", err))
+	}
+	if why := shape.Exceeds(); why != "" {
+		return fail(fmt.Errorf("input schema is not checked: %s", why))
+	}
+	s.patternCost = shape.PatternCost
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil {
 		return fail(fmt.Errorf("input schema is not a JSON object: %w", err))
@@ -111,10 +150,11 @@ func Parse(raw json.RawMessage) (s *Schema, err error) {
 		return fail(fmt.Errorf("input schema has type %s, want \"object\"", bytes.TrimSpace(t)))
 	}
 	var order []string
+	var propRaw []json.RawMessage
 	if props, ok := top["properties"]; !ok {
 		top["properties"] = json.RawMessage(`{}`)
 		repaired = true
-	} else if order, _, err = orderedObject(props); err != nil {
+	} else if order, propRaw, err = orderedObject(props); err != nil {
 		return fail(fmt.Errorf("input schema: properties: %w", err))
 	}
 	var js jsonschema.Schema
@@ -128,9 +168,13 @@ func Parse(raw json.RawMessage) (s *Schema, err error) {
 	if ap, ok := top["additionalProperties"]; ok {
 		s.extra = string(bytes.TrimSpace(ap)) != "false"
 	}
-	for _, name := range order {
+	for i, name := range order {
 		if sub := js.Properties[name]; sub != nil {
-			s.add(newProp(name, sub))
+			p := newProp(name, sub)
+			if sh, err := Measure(propRaw[i]); err == nil {
+				p.patternCost = sh.PatternCost
+			}
+			s.add(p)
 		}
 	}
 	for _, name := range js.Required {
@@ -284,6 +328,10 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
+	if limit, why := bytesLimit(s.patternCost); len(args) > limit {
+		return nil, &Invalid{Problems: []Problem{{Msg: fmt.Sprintf("the arguments are %d bytes, more than the %d %s",
+			len(args), limit, why), Suggestion: "Send shorter arguments."}}, Example: s.Example(nil)}
+	}
 	keys, vals, bad := Split(args)
 	if bad != nil {
 		return nil, &Invalid{Problems: []Problem{*bad}, Example: s.Example(nil)}
@@ -293,7 +341,17 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 	}
 	given := make(map[string]json.RawMessage, len(keys))
 	var problems []Problem
+	// Past maxProblems the rest is left unchecked: the call is refused
+	// anyway.
+	stopped := false
+	full := func() bool {
+		stopped = stopped || len(problems) >= maxProblems
+		return stopped
+	}
 	for i, k := range keys {
+		if full() {
+			break
+		}
 		if pr := s.Unknown(k); pr != nil {
 			problems = append(problems, *pr)
 			continue
@@ -301,6 +359,9 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 		given[k] = vals[i]
 	}
 	for _, p := range s.props {
+		if full() {
+			break
+		}
 		raw, ok := given[p.Name]
 		if !ok {
 			if p.Required {
@@ -312,6 +373,9 @@ func (s *Schema) Validate(args json.RawMessage) (json.RawMessage, *Invalid) {
 		if pr := p.Check(raw); pr != nil {
 			problems = append(problems, *pr)
 		}
+	}
+	if stopped {
+		problems = append(problems, Problem{Msg: fmt.Sprintf("the rest of the arguments were not checked after %d problems", maxProblems)})
 	}
 	if len(problems) == 0 {
 		if !s.wholeCheck {
@@ -381,21 +445,28 @@ func (s *Schema) CheckObject(args map[string]json.RawMessage) *Problem {
 // Example renders an argument object that passes, as far as single
 // arguments go: the values in keep (argument name → JSON value) that pass
 // Check, plus an example for every required argument still missing.
+//
+// The example is at most about MaxArgsBytes long: placeholders for long
+// strings are cut to what is left of that, so that a schema asking for
+// many long strings cannot make every refusal build megabytes.
 func (s *Schema) Example(keep map[string]json.RawMessage) string {
 	var parts []string
+	left := MaxArgsBytes
 	for _, p := range s.props {
 		v, ok := keep[p.Name]
 		if ok && p.Check(v) != nil {
 			ok = false
 		}
+		k, _ := json.Marshal(p.Name)
 		if !ok {
 			if !p.Required {
 				continue
 			}
-			v = json.RawMessage(p.Example())
+			v = json.RawMessage(p.example(max(left-len(k)-6, 0)))
 		}
-		k, _ := json.Marshal(p.Name)
-		parts = append(parts, string(k)+": "+string(Compact(v)))
+		part := string(k) + ": " + string(Compact(v))
+		left -= len(part) + 2
+		parts = append(parts, part)
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }

@@ -2,6 +2,7 @@ package argcheck
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -265,4 +266,79 @@ func TestFirmwareRules(t *testing.T) {
 	assert.Equal(t, `{"day": "2025-01-31"}`, v.Example)
 	_, v = day.Validate(json.RawMessage(v.Example))
 	assert.Nil(t, v)
+}
+
+// TestCheckingIsBoundedInTime: a schema comes from a board and arguments
+// from a host, and neither may make checking one call take long. Before
+// the bounds, a $ref with anyOf took 30 s on arguments nested 18 deep
+// (doubling with each level), a pattern of 200 instructions took 1.4 s on
+// a 64 KiB string, and 500 long required strings built a 32 MB example
+// for every refusal.
+func TestCheckingIsBoundedInTime(t *testing.T) {
+	t.Run("references are not followed", func(t *testing.T) {
+		s, err := Parse(json.RawMessage(`{"type":"object","properties":{"a":{"$ref":"#/$defs/n"}},"$defs":{"n":{"anyOf":[` +
+			`{"type":"object","properties":{"x":{"$ref":"#/$defs/n"}},"required":["y"]},` +
+			`{"type":"object","properties":{"x":{"$ref":"#/$defs/n"}},"required":["z"]}]}}}`))
+		require.ErrorContains(t, err, "$ref")
+		assert.True(t, s.Unchecked(), "a schema the bridge cannot check in bounded time is not checked")
+		deep := `{"a":` + strings.Repeat(`{"x":`, 40) + `{}` + strings.Repeat(`}`, 40) + `}`
+		_, bad := s.Validate(json.RawMessage(deep))
+		assert.Nil(t, bad)
+	})
+	t.Run("deep schemas are not read", func(t *testing.T) {
+		deep := strings.Repeat(`{"type":"object","properties":{"a":`, 40) + `{}` + strings.Repeat(`}}`, 40)
+		s, err := Parse(json.RawMessage(deep))
+		require.ErrorContains(t, err, "nests 81 levels")
+		assert.True(t, s.Unchecked())
+		assert.JSONEq(t, noArgsSchema, string(s.Published()), "what is published is the empty schema, not the deep one")
+	})
+	t.Run("costly patterns bound the arguments", func(t *testing.T) {
+		s := mustSchema(t, `{"type":"object","properties":{"s":{"type":"string","pattern":"(?:(?:[a-z]{20}){10}x?)+y"}}}`)
+		_, bad := s.Validate(json.RawMessage(`{"s":"` + strings.Repeat("a", 60<<10) + `"}`))
+		require.NotNil(t, bad)
+		assert.Contains(t, bad.Problems[0].Msg, "patterns can be checked against in bounded time")
+		_, err := Parse(json.RawMessage(`{"type":"object","properties":{"s":{"type":"string","pattern":"` + strings.Repeat(`[a-z]{999}`, 3) + `"}}}`))
+		require.ErrorContains(t, err, "too complex")
+	})
+	t.Run("arguments past what a board takes", func(t *testing.T) {
+		s := mustSchema(t, themeSchema)
+		_, bad := s.Validate(json.RawMessage(`{"theme":"` + strings.Repeat("x", MaxArgsBytes) + `"}`))
+		require.NotNil(t, bad)
+		assert.Contains(t, bad.Problems[0].Msg, "a board takes in one message")
+	})
+	t.Run("refusals stay small", func(t *testing.T) {
+		var props, req []string
+		for i := range 500 {
+			props = append(props, fmt.Sprintf(`"p%d":{"type":"string","minLength":100000}`, i))
+			req = append(req, fmt.Sprintf(`"p%d"`, i))
+		}
+		schema := `{"type":"object","properties":{` + strings.Join(props, ",") + `},"required":[` + strings.Join(req, ",") + `]}`
+		s := mustSchema(t, schema)
+		_, bad := s.Validate(json.RawMessage(`{}`))
+		require.NotNil(t, bad)
+		assert.Len(t, bad.Problems, maxProblems+1, "the first problems and a line saying the rest was not checked")
+		assert.LessOrEqual(t, len(bad.Example), MaxArgsBytes+len(schema), "long placeholders share one budget")
+		assert.True(t, json.Valid([]byte(bad.Example)))
+		assert.Less(t, len(bad.Explain("t", s)), 2*MaxArgsBytes)
+	})
+}
+
+func TestMeasure(t *testing.T) {
+	sh, err := Measure(json.RawMessage(volumeSchema))
+	require.NoError(t, err)
+	assert.Equal(t, Shape{Bytes: len(volumeSchema), Depth: 3, Properties: 1}, sh)
+
+	sh, err = Measure(json.RawMessage(`{"type":"object","properties":{"a":{"enum":[1,2,3],"default":{"$ref":"x","x-mcp-header":"h"}},` +
+		`"b":{"type":"array","items":{"enum":["x"],"x-mcp-header":"H"}},"properties":{"pattern":"x"}},"$defs":{"d":{"$dynamicRef":"#x"}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 3, sh.Properties, "a property may be called properties")
+	assert.Equal(t, 3, sh.MaxEnum)
+	assert.True(t, sh.Header, "found in a schema, not in a default value")
+	assert.Equal(t, "$dynamicRef", sh.Ref, "a $ref inside a default value is a value, not a reference")
+	assert.Equal(t, 2, sh.PatternCost, "pattern counts where it is a keyword")
+
+	for _, bad := range []string{`{`, `{"a":1}x`, `{} {}`, `[1,]`, ``, ` `} {
+		_, err := Measure(json.RawMessage(bad))
+		assert.Error(t, err, bad)
+	}
 }

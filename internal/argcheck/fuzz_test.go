@@ -3,6 +3,7 @@ package argcheck
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -21,10 +22,23 @@ func FuzzParseValidate(f *testing.F) {
 		{`"object"`, `null`},
 		{`{"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":1}},"required":["s","ghost"]}`, `{"s":"\u00e9\u00e9"}`},
 		{``, `{"a":1,"a":2}`},
+		// Past the ceilings: too deep, a reference that made checking
+		// exponential in the arguments' depth, a costly pattern.
+		{strings.Repeat(`{"items":`, 70) + `{}` + strings.Repeat(`}`, 70), `{}`},
+		{`{"type":"object","properties":{"a":{"$ref":"#/$defs/n"}},"$defs":{"n":{"anyOf":[` +
+			`{"type":"object","properties":{"x":{"$ref":"#/$defs/n"}},"required":["y"]},` +
+			`{"type":"object","properties":{"x":{"$ref":"#/$defs/n"}},"required":["z"]}]}}}`,
+			`{"a":` + strings.Repeat(`{"x":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}`},
+		{`{"type":"object","properties":{"s":{"type":"string","pattern":"(?:(?:[a-z]{20}){10}x?)+y"}}}`,
+			`{"s":"` + strings.Repeat("a", 900) + `"}`},
+		{`{"type":"object","properties":{"s":{"type":"string","minLength":60000},"t":{"type":"string","minLength":60000}},"required":["s","t"]}`, `{}`},
 	} {
 		f.Add([]byte(seed[0]), []byte(seed[1]))
 	}
 	f.Fuzz(func(t *testing.T, schema, args []byte) {
+		if len(schema) > 4*maxFuzzString || len(args) > 4*maxFuzzString {
+			return // see maxFuzzString
+		}
 		s, _ := Parse(schema)
 		if s == nil {
 			t.Fatal("Parse returned no schema")
@@ -51,6 +65,15 @@ func FuzzParseValidate(f *testing.F) {
 	})
 }
 
+// maxFuzzString bounds the strings (and byte slices) a fuzz target here
+// takes. Checking is linear in them, so long ones find nothing short ones
+// do not; but when one gains coverage the fuzzer minimizes it, and its
+// minimizer tries every pair of cut points: a 2 KB string kept
+// FuzzValidArgsAccepted at 0 executions/s for a minute (-fuzzminimizetime),
+// which is how `.ci/run` timed out. Long inputs are the unit tests' job
+// (TestCheckingIsBoundedInTime).
+const maxFuzzString = 256
+
 // FuzzValidArgsAccepted builds a schema and arguments that satisfy it
 // from the fuzzer's values, the way boards declare arguments (integer with
 // bounds, number, boolean, string with length bounds or an enum), and
@@ -62,6 +85,9 @@ func FuzzValidArgsAccepted(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, kind uint8, lo, hi, v int32, str string, required bool) {
 		if !utf8.ValidString(name) || !utf8.ValidString(str) {
 			return // JSON would replace invalid bytes: another argument
+		}
+		if len(name) > maxFuzzString || len(str) > maxFuzzString {
+			return // long strings only stall the fuzzer (see maxFuzzString)
 		}
 		if lo > hi {
 			lo, hi = hi, lo
@@ -85,9 +111,6 @@ func FuzzValidArgsAccepted(f *testing.F) {
 			value = fmt.Sprint(v%2 == 0)
 		case 3: // string with length bounds around it
 			n := utf8.RuneCountInString(str)
-			if n > maxExampleLen {
-				return // longer than any board message: no sendable example exists
-			}
 			prop = fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, n, n)
 			value = string(sval)
 		case 4: // enum

@@ -49,9 +49,11 @@ type Prop struct {
 	Describe string
 
 	// resolved validates one value of the property; nil when the
-	// property cannot be resolved on its own (a $ref into the root
-	// schema), in which case the object-level verdict covers it.
+	// property cannot be resolved on its own, in which case the
+	// object-level verdict covers it.
 	resolved *jsonschema.Resolved
+	// patternCost is the Shape.PatternCost of the property's schema.
+	patternCost int
 }
 
 func newProp(name string, s *jsonschema.Schema) *Prop {
@@ -234,6 +236,9 @@ func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 // silently use the default. It returns nil when the value is good.
 func (p *Prop) Check(raw json.RawMessage) *Problem {
 	raw = bytes.TrimSpace(raw)
+	if limit, why := bytesLimit(p.patternCost); len(raw) > limit {
+		return p.Refuse(fmt.Sprintf("argument %q is %d bytes, more than the %d %s", p.Name, len(raw), limit, why), "")
+	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		if json.Valid(raw) {
@@ -259,10 +264,13 @@ func (p *Prop) Check(raw json.RawMessage) *Problem {
 func (p *Prop) Refuse(msg, fix string) *Problem {
 	ex := fix
 	if ex == "" {
-		ex = p.Example()
+		ex = p.example(maxShownExample)
 	}
-	return &Problem{Arg: p.Name, Msg: msg, Fix: fix,
-		Suggestion: fmt.Sprintf("Send %s for %q, for example %s.", p.Describe, p.Name, ex)}
+	sugg := fmt.Sprintf("Send %s for %q, for example %s.", p.Describe, p.Name, ex)
+	if len(ex) > maxShownExample {
+		sugg = fmt.Sprintf("Send %s for %q.", p.Describe, p.Name) // an example that long says nothing more
+	}
+	return &Problem{Arg: p.Name, Msg: msg, Fix: fix, Suggestion: sugg}
 }
 
 // explain diagnoses v in the caller's terms. firmware is set when the
@@ -400,7 +408,11 @@ func (p *Prop) coerce(v any) string {
 
 // Example renders a value the argument accepts (as JSON): its default,
 // its first enum value, or one built from its type and bounds.
-func (p *Prop) Example() string {
+func (p *Prop) Example() string { return p.example(maxExampleLen) }
+
+// example is Example with string placeholders cut to at most limit
+// characters (a placeholder then no longer meets a larger minLength).
+func (p *Prop) example(limit int) string {
 	if len(p.Default) > 0 {
 		return string(p.Default)
 	}
@@ -456,12 +468,17 @@ func (p *Prop) Example() string {
 	if p.MaxLen != nil && *p.MaxLen < n {
 		n = max(*p.MaxLen, 0)
 	}
+	n = min(n, max(limit, 0))
 	return `"` + strings.Repeat(".", n) + `"`
 }
 
 // maxExampleLen bounds a placeholder string in an example: a board's
-// largest message (64 KiB) could not carry a longer argument anyway.
-const maxExampleLen = 64 << 10
+// largest message (MaxArgsBytes, with room for the rest of the call)
+// could not carry a longer argument anyway.
+const maxExampleLen = MaxArgsBytes - 1<<10
+
+// maxShownExample bounds an example value quoted in a suggestion.
+const maxShownExample = 100
 
 // Kind names the JSON type of a decoded value, with whole numbers as
 // "integer" as JSON Schema does.
