@@ -125,7 +125,6 @@ type Gateway struct {
 	ready    chan struct{}
 	readyMu  sync.Once
 
-
 	connects, losses atomic.Int64 // bumped by paho's handlers
 	failing          atomic.Bool  // a connect attempt failed since the last success
 
