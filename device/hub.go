@@ -115,8 +115,13 @@ type Hub struct {
 	gen     uint64
 	closed  bool
 	wg      sync.WaitGroup // one per running session and per keepalive loop
-	// flaps tracks device ids whose live sessions keep being replaced.
+	// flaps tracks device ids whose live sessions keep being replaced;
+	// stale entries are swept and the map is capped (maxFlapStates), as a
+	// board with auth off may name itself with any MAC.
 	flaps map[string]*flapState
+	// replaceLog and flapLog throttle the replacement warnings: any board
+	// can claim a connected board's MAC again and again.
+	replaceLog, flapLog logthrottle.Throttle
 	// probes holds one token per keepalive probe in flight.
 	probes chan struct{}
 	// remote is the rest of the fleet (see SetRemote); nil for one node.
@@ -137,6 +142,32 @@ type flapState struct {
 	replaced     []time.Time // recent replacements of a live session
 	refusedUntil time.Time
 	strikes      int // consecutive back-offs, doubling the next
+}
+
+// maxFlapStates caps the flap guard's memory. An entry lives for a window
+// (and a back-off) after a replacement, so the map only fills when
+// outsiders replace thousands of boards a minute; past the cap the guard
+// stops tracking new ids (replacements still work) and says so.
+const maxFlapStates = 1 << 16
+
+// stale: nothing recent to remember, and no refusal or strike that still
+// matters (strikes are forgiven after a quiet window, as below).
+func (f *flapState) stale(now time.Time, window time.Duration) bool {
+	recent := len(f.replaced) > 0 && now.Sub(f.replaced[len(f.replaced)-1]) <= window
+	return !recent && now.After(f.refusedUntil.Add(window))
+}
+
+// sweepFlapsLocked drops stale entries, once the map holds more of them
+// than the live sessions account for (so the sweep's cost is amortized).
+func (h *Hub) sweepFlapsLocked(now time.Time) {
+	if len(h.flaps) < len(h.sessions)+1024 {
+		return
+	}
+	for id, f := range h.flaps {
+		if f.stale(now, h.cfg.Flapping.Window) {
+			delete(h.flaps, id)
+		}
+	}
 }
 
 // NewHub creates an empty Hub. logger may be nil.
@@ -238,6 +269,12 @@ func (h *Hub) checkFlapLocked(old *Session, id Identity) error {
 	p := h.cfg.Flapping
 	f := h.flaps[id.DeviceID]
 	if f == nil {
+		h.sweepFlapsLocked(now)
+		if len(h.flaps) >= maxFlapStates {
+			h.flapLog.Warn(h.log, "the flap guard tracks as many device ids as it may; this replacement is not counted",
+				zap.String("device_id", id.DeviceID), zap.Int("tracked", len(h.flaps)))
+			return nil
+		}
 		f = &flapState{}
 		h.flaps[id.DeviceID] = f
 	}
@@ -255,7 +292,7 @@ func (h *Hub) checkFlapLocked(old *Session, id Identity) error {
 		f.strikes++
 		f.refusedUntil = now.Add(backoff)
 		f.replaced = f.replaced[:0]
-		h.log.Warn("two live connections keep replacing each other under one device id (a cloned MAC, or a board "+
+		h.flapLog.Warn(h.log, "two live connections keep replacing each other under one device id (a cloned MAC, or a board "+
 			"reconnecting through two networks); refusing newcomers for a while",
 			zap.String("device_id", id.DeviceID), zap.String("kept_remote", oldAddr),
 			zap.String("refused_remote", id.RemoteAddr), zap.Duration("backoff", backoff))
@@ -264,7 +301,7 @@ func (h *Hub) checkFlapLocked(old *Session, id Identity) error {
 	if len(f.replaced) == 1 && now.After(f.refusedUntil.Add(p.Window)) {
 		f.strikes = 0 // quiet for a while: forgive earlier back-offs
 	}
-	h.log.Warn("a second live connection claims this device id; replacing the older one",
+	h.replaceLog.Warn(h.log, "a second live connection claims this device id; replacing the older one",
 		zap.String("device_id", id.DeviceID), zap.String("old_remote", oldAddr),
 		zap.String("new_remote", id.RemoteAddr), zap.String("old_transport", old.info.Transport),
 		zap.String("new_transport", id.Transport))

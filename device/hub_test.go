@@ -348,8 +348,9 @@ func TestCallChecksToolAndArguments(t *testing.T) {
 }
 
 // TestFlappingNewcomerIsRefused: two live connections claiming one id
-// replace each other a few times (each logged as a warning), then the
-// newcomer is refused and the current session kept.
+// replace each other a few times (the first replacement logged as a
+// warning, repeats throttled), then the newcomer is refused and the
+// current session kept.
 func TestFlappingNewcomerIsRefused(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	h := NewHub(HubConfig{Flapping: FlapPolicy{Limit: 2, Window: time.Hour, Backoff: time.Hour}}, zap.New(core))
@@ -369,7 +370,7 @@ func TestFlappingNewcomerIsRefused(t *testing.T) {
 	cur, _, err := attach("10.0.0.1:1001")
 	require.NoError(t, err)
 	warns := logs.FilterMessageSnippet("replacing the older one").All()
-	require.Len(t, warns, 2)
+	require.Len(t, warns, 1, "a board claiming the same MAC again and again is logged once per interval")
 	assert.Equal(t, zap.WarnLevel, warns[0].Level)
 	assert.Equal(t, "10.0.0.1:1000", warns[0].ContextMap()["old_remote"])
 	assert.Equal(t, "10.0.0.2:2000", warns[0].ContextMap()["new_remote"])
@@ -387,6 +388,51 @@ func TestFlappingNewcomerIsRefused(t *testing.T) {
 	<-cur.Done()
 	_, _, err = attach("10.0.0.1:1002")
 	require.NoError(t, err)
+}
+
+// TestFlapStatesAreBounded: the flap guard forgets ids with nothing recent
+// to remember once they outnumber the sessions, and never tracks more than
+// maxFlapStates ids (with auth off a board may name itself with any MAC).
+func TestFlapStatesAreBounded(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	h := NewHub(HubConfig{Flapping: FlapPolicy{Limit: 3, Window: time.Minute, Backoff: time.Minute}}, zap.New(core))
+	defer h.Close(context.Background())
+	replaceTwice := func(mac string) {
+		for range 2 {
+			bridge, end := testlink.Pair(4)
+			t.Cleanup(func() { end.Close(nil) })
+			_, err := h.Attach(bridge, Identity{DeviceID: mac})
+			require.NoError(t, err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	h.mu.Lock()
+	for i := range 5000 {
+		h.flaps[fmt.Sprintf("stale-%d", i)] = &flapState{replaced: []time.Time{long}, refusedUntil: long}
+	}
+	h.mu.Unlock()
+	replaceTwice("aa:bb:cc:dd:ee:f1")
+	h.mu.Lock()
+	n := len(h.flaps)
+	h.mu.Unlock()
+	assert.Equal(t, 1, n, "stale ids are swept, the new one is tracked")
+
+	h.mu.Lock()
+	for i := range maxFlapStates {
+		h.flaps[fmt.Sprintf("fresh-%d", i)] = &flapState{replaced: []time.Time{time.Now()}}
+	}
+	h.mu.Unlock()
+	replaceTwice("aa:bb:cc:dd:ee:f2")
+	h.mu.Lock()
+	_, tracked := h.flaps["aa:bb:cc:dd:ee:f2"]
+	n = len(h.flaps)
+	h.mu.Unlock()
+	assert.False(t, tracked)
+	assert.Equal(t, maxFlapStates+1, n, "past the cap no id is added")
+	assert.Len(t, logs.FilterMessageSnippet("tracks as many device ids as it may").All(), 1)
+	got, ok := h.Session("aa:bb:cc:dd:ee:f2")
+	require.True(t, ok, "the replacement still happened")
+	assert.Equal(t, "aa:bb:cc:dd:ee:f2", got.Info().DeviceID)
 }
 
 // TestPendingCountsQueuedAndInFlightCalls: a session's Pending is the call
