@@ -8,9 +8,12 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // Defaults for Options. They are generous because a board runs one request at
@@ -182,7 +185,8 @@ func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
 	seenCursor := map[string]bool{}
 	seenTool := map[string]bool{}
 	cursor := ""
-	size := 0
+	size, listed, dups := 0, 0, 0
+	firstDup := ""
 	for page := 0; ; page++ {
 		if page >= c.opts.MaxPages {
 			return nil, fmt.Errorf("%w (%d pages)", ErrTooManyPages, c.opts.MaxPages)
@@ -205,28 +209,52 @@ func (c *Client) ListTools(ctx context.Context) ([]Tool, error) {
 			if t.Name == "" {
 				return nil, fmt.Errorf("%w: tool without a name on page %d", ErrBadReply, page+1)
 			}
+			// Every entry counts against MaxTools, repeats included, so a
+			// board cannot make the bridge read (and log) without end.
+			if listed++; listed > c.opts.MaxTools {
+				return nil, fmt.Errorf("%w (%d tools)", ErrTooManyTools, c.opts.MaxTools)
+			}
 			if seenTool[t.Name] {
 				// An inclusive cursor must never repeat a tool; if a board
 				// does, keep the first copy rather than list it twice.
-				c.log.Warn("device listed a tool twice", zap.String("tool", t.Name), zap.Int("page", page+1))
+				if dups++; dups == 1 {
+					firstDup = t.Name
+				}
 				continue
 			}
 			seenTool[t.Name] = true
 			tools = append(tools, intern(t))
 		}
-		if len(tools) > c.opts.MaxTools {
-			return nil, fmt.Errorf("%w (%d tools)", ErrTooManyTools, c.opts.MaxTools)
-		}
 		if res.NextCursor == nil || *res.NextCursor == "" {
+			if dups > 0 {
+				duplicateLog.Warn(c.log, "device listed tools more than once; the first copy of each is kept",
+					zap.Int("repeats", dups), zap.String("first", cut(firstDup, 64)))
+			}
 			return tools, nil
 		}
 		next := *res.NextCursor
 		if seenCursor[next] {
-			return nil, fmt.Errorf("%w: cursor %q returned twice", ErrCursorLoop, next)
+			return nil, fmt.Errorf("%w: cursor %q returned twice", ErrCursorLoop, cut(next, 64))
 		}
 		seenCursor[next] = true
 		cursor = next
 	}
+}
+
+// duplicateLog throttles the warning about tools listed twice, across
+// every board: a board can repeat it at each connection.
+var duplicateLog logthrottle.Throttle
+
+// cut shortens a board's string for an error or a log field, at a rune
+// boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // CallTool runs one tool. args may be nil (no arguments). A board-side

@@ -13,8 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/testlink"
 )
 
@@ -167,6 +171,11 @@ func TestListToolsLimits(t *testing.T) {
 				return result(r, fmt.Sprintf(`{"tools":[%s],"nextCursor":"c%d"}`, tool(fmt.Sprint(strings.Repeat("t", 300), n)), n))
 			}
 		}(), wantErr: ErrListTooLarge},
+		// Repeats count against the cap: a board listing one tool over
+		// and over is refused, not read (and logged) without end.
+		{name: "one tool repeated", opts: Options{MaxTools: 5}, board: func(r request) string {
+			return result(r, `{"tools":[`+strings.Repeat(tool("a")+",", 9)+tool("a")+`]}`)
+		}, wantErr: ErrTooManyTools},
 		{name: "nameless tool", board: func(r request) string {
 			return result(r, `{"tools":[{"description":"x"}]}`)
 		}, wantErr: ErrBadReply},
@@ -191,6 +200,27 @@ func TestListToolsLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRepeatedToolsLoggedOnce: tools listed twice are kept once and
+// reported in one line per listing, whatever the number of repeats.
+func TestRepeatedToolsLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	duplicateLog = logthrottle.Throttle{} // a fresh interval for this test
+	names := []string{"a", "b", "a", "b", "a", "c"}
+	var list []string
+	for _, n := range names {
+		list = append(list, tool(n))
+	}
+	c, _ := newClient(t, Options{Logger: zap.New(core)}, func(r request) string {
+		return result(r, `{"tools":[`+strings.Join(list, ",")+`]}`)
+	})
+	tools, err := c.ListTools(context.Background())
+	require.NoError(t, err)
+	require.Len(t, tools, 3)
+	lines := logs.FilterMessageSnippet("more than once").All()
+	require.Len(t, lines, 1)
+	assert.EqualValues(t, 3, lines[0].ContextMap()["repeats"])
 }
 
 // TestCallToolErrorsAndTimeouts runs in a synctest bubble: its timeouts
