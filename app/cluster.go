@@ -91,9 +91,6 @@ func (c ClusterConfig) validate() error {
 		return nil
 	}
 	var errs []error
-	if c.OfflineAfter < 0 {
-		errs = append(errs, errors.New("cluster.offline_after must not be negative"))
-	}
 	if strings.ContainsAny(c.NodeID, " .*>") {
 		errs = append(errs, fmt.Errorf("cluster.node_id %q: use letters, digits, '-' and '_'", c.NodeID))
 	}

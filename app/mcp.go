@@ -50,9 +50,6 @@ func (c MCPConfig) validate() error {
 		return nil
 	}
 	var errs []error
-	if c.MaxBodyBytes < 0 {
-		errs = append(errs, errors.New("mcp.max_body_bytes must not be negative"))
-	}
 	if err := c.options("", nil, nil).Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -541,9 +541,9 @@ func TestOTABoundsConfig(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	for yaml, want := range map[string]string{
-		"ota:\n  max_pending: -1\n":         "ota.max_pending -1: use a positive number, or 0 for the default (1000)",
-		"ota:\n  pending_ttl: 5s\n":         "ota.pending_ttl 5s: use 1m0s or more",
-		"ota:\n  code_digits: 12\n":         "ota.code_digits 12: use 6 to 10",
+		"ota:\n  max_pending: -1\n":         "ota.max_pending -1: use a whole number from 1 to 1048576; default 1000",
+		"ota:\n  pending_ttl: 5s\n":         "ota.pending_ttl 5s: use a duration from 1m to 720h; default 1h",
+		"ota:\n  code_digits: 12\n":         "ota.code_digits 12: use a whole number from 6 to 10; default 6",
 		"ota:\n  max_pending: 100000\n":     "ota.code_digits 6 with ota.max_pending 100000",
 		"ota:\n  requests_per_second: -1\n": "ota.requests_per_second -1",
 	} {

@@ -337,17 +337,21 @@ func TestOpenModeRefusesAnotherBoardsCredentials(t *testing.T) {
 	assert.NotZero(t, f.logs.FilterMessageSnippet("issued to another board").Len())
 }
 
+// TestBoundsValidated: the bounds must fit together (each number's own
+// range is the bridge configuration's; out of range values from code are
+// made safe by WithDefaults).
 func TestBoundsValidated(t *testing.T) {
 	for cfg, want := range map[*Config]string{
-		{MaxPending: -1}:          "ota.max_pending -1: use a positive number, or 0 for the default (1000)",
-		{RequestsPerSecond: -2}:   "ota.requests_per_second",
-		{PendingTTL: time.Second}: "ota.pending_ttl 1s: use 1m0s or more",
-		{CodeDigits: 4}:           "ota.code_digits 4: use 6 to 10",
-		{MaxPending: 5000}:        "ota.code_digits 6 with ota.max_pending 5000",
+		{MaxPending: 5000}: "ota.code_digits 6 with ota.max_pending 5000",
 		{MaxPending: 20_000, MaxDevices: 10_000, CodeDigits: 8}: "ota.max_devices 10000 is less than ota.max_pending 20000",
 	} {
 		assert.ErrorContains(t, cfg.Validate(), want)
 	}
 	assert.NoError(t, Config{MaxPending: 10_000, CodeDigits: 7}.Validate())
 	assert.NoError(t, Config{}.Validate())
+	d := Config{MaxPending: -1, RequestsPerSecond: -2, PendingTTL: time.Second, CodeDigits: 40}.WithDefaults()
+	assert.Equal(t, DefaultMaxPending, d.MaxPending)
+	assert.InDelta(t, DefaultRequestsPerSecond, d.RequestsPerSecond, 0)
+	assert.Equal(t, minPendingTTL, d.PendingTTL)
+	assert.Equal(t, maxCodeDigits, d.CodeDigits)
 }

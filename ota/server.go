@@ -242,38 +242,12 @@ func (c Config) Validate() error {
 	return errors.Join(append(errs, c.validateBounds())...)
 }
 
-// validateBounds checks the bounds one by one, then together, as they
-// will be once defaults are filled in.
+// validateBounds checks how the bounds fit together, as they will be
+// once defaults are filled in. Each number's own range is checked by the
+// bridge's configuration (app/configcheck.go).
 func (c Config) validateBounds() error {
 	var errs []error
 	d := c.WithDefaults()
-	for _, f := range []struct {
-		key      string
-		v, deflt float64
-	}{
-		{"max_pending", float64(c.MaxPending), DefaultMaxPending},
-		{"max_devices", float64(c.MaxDevices), DefaultMaxDevices},
-		{"requests_per_second", c.RequestsPerSecond, DefaultRequestsPerSecond},
-		{"request_burst", float64(c.RequestBurst), DefaultRequestBurst},
-		{"max_addresses", float64(c.MaxAddresses), DefaultMaxAddresses},
-		{"code_guesses_per_hour", float64(c.CodeGuessesPerHour), DefaultCodeGuessesPerHour},
-		{"code_guesses_per_caller_per_hour", float64(c.CodeGuessesPerCallerPerHour), DefaultCodeGuessesPerCallerPerHour},
-	} {
-		if f.v < 0 {
-			errs = append(errs, fmt.Errorf("ota.%s %v: use a positive number, or 0 for the default (%v)", f.key, f.v, f.deflt))
-		}
-	}
-	if c.PendingTTL < 0 || c.PendingTTL > 0 && c.PendingTTL < minPendingTTL {
-		errs = append(errs, fmt.Errorf("ota.pending_ttl %v: use %v or more (a waiting board asks again within a minute), or 0 for the default (%v)",
-			c.PendingTTL, minPendingTTL, DefaultPendingTTL))
-	}
-	if c.CodeDigits != 0 && (c.CodeDigits < minCodeDigits || c.CodeDigits > maxCodeDigits) {
-		errs = append(errs, fmt.Errorf("ota.code_digits %d: use %d to %d (boards read the code aloud), or 0 for the default (%d)",
-			c.CodeDigits, minCodeDigits, maxCodeDigits, DefaultCodeDigits))
-	}
-	if errs != nil {
-		return errors.Join(errs...)
-	}
 	if space := math.Pow10(d.CodeDigits); space < 1000*float64(d.MaxPending) {
 		errs = append(errs, fmt.Errorf("ota.code_digits %d with ota.max_pending %d: a guessed code would name a waiting board more than once in 1000 tries; "+
 			"use at least %d digits or at most %d pending boards", d.CodeDigits, d.MaxPending,

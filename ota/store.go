@@ -105,6 +105,10 @@ func (l Limits) withDefaults() Limits {
 	if l.CodeDigits <= 0 {
 		l.CodeDigits = DefaultCodeDigits
 	}
+	// Out of range values from code that builds a Limits itself: codes a
+	// board can read aloud, and pending boards given time to ask again.
+	l.CodeDigits = min(max(l.CodeDigits, minCodeDigits), maxCodeDigits)
+	l.PendingTTL = max(l.PendingTTL, minPendingTTL)
 	return l
 }
 

@@ -82,8 +82,9 @@ type Options struct {
 	// SessionTimeout closes a legacy session idle for this long: no
 	// request of it in flight and no stream of it open, so a host that
 	// listens on a stream, or uses its session more often than this,
-	// keeps it. Negative keeps sessions until the client ends them (the
-	// caps below still apply).
+	// keeps it. Code that builds Options may pass a negative value to keep
+	// sessions until the client ends them (the caps below still apply); the
+	// bridge's configuration does not allow it.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	// MaxSessions bounds the legacy sessions open at once; past it an
 	// initialize gets 503 with Retry-After and a JSON-RPC error.
