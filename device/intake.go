@@ -81,8 +81,12 @@ type RefusedTool struct {
 	Reason string `json:"reason"`
 }
 
-// maxShownName bounds a refused tool's name as Info shows it.
-const maxShownName = 128
+// maxShownName and maxShownReason bound a refused tool's name and reason
+// as Info shows them.
+const (
+	maxShownName   = 128
+	maxShownReason = 256
+)
 
 // CheckTools splits a board's tool list into the tools within l, in the
 // board's order, and those refused. l must have its defaults filled.

@@ -176,3 +176,40 @@ func TestBoardNameIsCut(t *testing.T) {
 	assert.True(t, strings.HasSuffix(info.Board, "…"))
 	assert.LessOrEqual(t, len(info.FirmwareVersion), DefaultMaxNameBytes)
 }
+
+// TestRefuseToolWithdrawsIt: a tool a layer above could not offer leaves
+// the board's Info, with the reason in RefusedTools, and subscribers hear
+// that the tools changed; the board's other tools stay.
+func TestRefuseToolWithdrawsIt(t *testing.T) {
+	h := newHub(t)
+	sub := h.Subscribe()
+	t.Cleanup(sub.Close)
+	_, link := startBoard(t, twoTools)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:31", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+	require.True(t, h.RefuseTool("AA-BB-CC-DD-EE-31", "self.reboot", "the MCP server refused it: "+strings.Repeat("x", 1000)))
+	info, ok := h.Device("aa:bb:cc:dd:ee:31")
+	require.True(t, ok)
+	require.Len(t, info.Tools, 1)
+	assert.Equal(t, "self.get_device_status", info.Tools[0].Name)
+	require.Len(t, info.RefusedTools, 1)
+	assert.Equal(t, "self.reboot", info.RefusedTools[0].Name)
+	assert.LessOrEqual(t, len(info.RefusedTools[0].Reason), maxShownReason+len("…"))
+	assert.False(t, h.RefuseTool("aa:bb:cc:dd:ee:31", "self.reboot", "again"), "already withdrawn")
+	assert.False(t, h.RefuseTool("aa:bb:cc:dd:ee:32", "self.reboot", "no such board"))
+	for {
+		for _, ev := range sub.Next() {
+			if ev.Type == EventToolsChanged {
+				return
+			}
+		}
+		select {
+		case <-sub.C():
+		case <-ctx.Done():
+			t.Fatal("no tools-changed event")
+		}
+	}
+}

@@ -376,6 +376,35 @@ func (s *Session) intake(listed []Tool) ([]Tool, []RefusedTool) {
 	return tools, refused[:min(len(refused), maxRefusedShown):min(len(refused), maxRefusedShown)]
 }
 
+// RefuseTool withdraws a tool of a connected board that a layer above
+// could not offer (the MCP server's last line of defence, should a tool
+// pass intake and still make a library fail), recording why in
+// Info.RefusedTools as intake does. The board's other tools stay; false
+// when the board or the tool is not there.
+func (h *Hub) RefuseTool(deviceID, tool, reason string) bool {
+	s, ok := h.Session(deviceID)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	i := slices.IndexFunc(s.info.Tools, func(t Tool) bool { return t.Name == tool })
+	if i < 0 {
+		s.mu.Unlock()
+		return false
+	}
+	// Tools may be shared with earlier snapshots: never edit in place.
+	s.info.Tools = slices.Delete(slices.Clone(s.info.Tools), i, i+1)
+	s.schemas = nil
+	if len(s.info.RefusedTools) < maxRefusedShown {
+		s.info.RefusedTools = append(slices.Clip(s.info.RefusedTools), RefusedTool{Name: cutUTF8(tool, maxShownName), Reason: cutUTF8(reason, maxShownReason)})
+	}
+	s.mu.Unlock()
+	h.refusedLog.Warn(s.log, "board tool withdrawn: it passed intake but could not be offered", zap.String("tool", cutUTF8(tool, maxShownName)),
+		zap.String("reason", reason))
+	h.publishIfCurrent(s, EventToolsChanged)
+	return true
+}
+
 // maxRefusedShown bounds Info.RefusedTools.
 const maxRefusedShown = 32
 

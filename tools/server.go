@@ -410,6 +410,9 @@ func (s *Server) sync() bool {
 			s.unpublishedLog.Warn(s.log, "board tool could not be published; it is refused (its board passed the bounds of "+
 				"devices.tool_limits, please report it)", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name),
 				zap.Error(err))
+			// Withdrawn from the board's Info too, so that /api, compact
+			// mode and the next catalogue no longer offer it.
+			s.hub.RefuseTool(e.deviceID, e.tool.Name, err.Error())
 		}
 	}
 	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
