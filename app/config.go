@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
@@ -101,6 +102,9 @@ type ControlConfig struct {
 	// /api/events client that reconnects with Last-Event-ID gets what it
 	// missed; 0 keeps none (every resume starts with a resync).
 	EventsReplay int `yaml:"events_replay"`
+	// MaxBodyBytes bounds the body of a control API request (a call, an
+	// interaction step, an approval); past it 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
 // DefaultEventsReplay is control.events_replay's default.
@@ -137,12 +141,13 @@ func defaultDevicesConfig() DevicesConfig {
 // otherwise: it runs with no config file at all.
 func Default() Config {
 	return Config{
-		DeviceListen:    "0.0.0.0:8000",
-		ControlListen:   "127.0.0.1:8080",
-		Log:             LogConfig{Format: "console", Level: "info"},
-		WebSocket:       ws.Config{}.WithDefaults(),
-		Devices:         defaultDevicesConfig(),
-		Control:         ControlConfig{EventsReplay: DefaultEventsReplay, AllowedOrigins: slices.Clone(frontdoor.DefaultAllowedOrigins)},
+		DeviceListen:  "0.0.0.0:8000",
+		ControlListen: "127.0.0.1:8080",
+		Log:           LogConfig{Format: "console", Level: "info"},
+		WebSocket:     ws.Config{}.WithDefaults(),
+		Devices:       defaultDevicesConfig(),
+		Control: ControlConfig{EventsReplay: DefaultEventsReplay, MaxBodyBytes: api.DefaultMaxBodyBytes,
+			AllowedOrigins: slices.Clone(frontdoor.DefaultAllowedOrigins)},
 		Simulate:        SimulateConfig{Profile: "breadboard"},
 		MQTT:            defaultMQTTConfig(),
 		MCP:             defaultMCPConfig(),

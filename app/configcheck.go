@@ -82,6 +82,7 @@ var numericKeys = map[string]numRange{
 	"devices.flapping.limit":                    counts(1, 1000),
 	"devices.flapping.window":                   durations(time.Second, day),
 	"devices.flapping.backoff":                  durations(time.Second, day),
+	"control.max_body_bytes":                    byteSizes(4*kib, gib),
 	"control.events_replay":                     counts(0, 1<<20),
 	"simulate.count":                            counts(0, 100000),
 	"mqtt.keepalive":                            durations(time.Second, time.Hour),
@@ -145,6 +146,7 @@ var numericKeys = map[string]numRange{
 	"http.write_timeout":           durations(10*time.Millisecond, time.Hour),
 	"http.idle_timeout":            durations(10*time.Millisecond, day),
 	"http.device_max_connections":  counts(1, 1<<24),
+	"http.max_header_bytes":        byteSizes(4*kib, 16*mib),
 	"http.control_max_connections": counts(1, 1<<20),
 
 	"cluster.offline_after": durations(time.Second, time.Hour),

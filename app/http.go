@@ -49,6 +49,10 @@ type HTTPConfig struct {
 	// ControlMaxConnections bounds the control listener's (and the debug
 	// listener's) open connections.
 	ControlMaxConnections int `yaml:"control_max_connections"`
+	// MaxHeaderBytes bounds a request's header block on every listener
+	// (net/http answers 431 past it). Boards send a few hundred bytes;
+	// browsers and OAuth bearer tokens a few KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 }
 
 // Defaults of HTTPConfig.
@@ -72,8 +76,13 @@ func defaultHTTPConfig() HTTPConfig {
 		IdleTimeout:           DefaultIdleTimeout,
 		DeviceMaxConnections:  DefaultDeviceMaxConnections,
 		ControlMaxConnections: DefaultControlMaxConnections,
+		MaxHeaderBytes:        DefaultMaxHeaderBytes,
 	}
 }
+
+// DefaultMaxHeaderBytes is http.max_header_bytes's default: net/http's own
+// (1 MiB) is far more than any client of the bridge sends.
+const DefaultMaxHeaderBytes = 64 << 10
 
 // validate checks what the table of ranges (configcheck.go) cannot: how
 // the device listener's cap relates to the WebSocket cap.
@@ -136,6 +145,7 @@ func (a *App) httpServer(h http.Handler, log *zap.Logger) *http.Server {
 		ReadHeaderTimeout: min(c.ReadHeaderTimeout, c.ReadTimeout),
 		ReadTimeout:       c.ReadTimeout,
 		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
 		ErrorLog:          httpErrorLog(log),
 		// What net/http writes before a handler runs (400, 431, 100
 		// Continue) gets a deadline too; it clears the deadline after each

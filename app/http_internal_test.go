@@ -18,7 +18,7 @@ import (
 func TestLimitsConfig(t *testing.T) {
 	def := Default()
 	assert.Equal(t, HTTPConfig{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		IdleTimeout: time.Minute, DeviceMaxConnections: 20480, ControlMaxConnections: 1024}, def.HTTP)
+		IdleTimeout: time.Minute, DeviceMaxConnections: 20480, ControlMaxConnections: 1024, MaxHeaderBytes: 64 << 10}, def.HTTP)
 	assert.Equal(t, tools.DefaultMaxSessions, def.MCP.MaxSessions)
 	assert.Equal(t, tools.DefaultMaxSessionsPerClient, def.MCP.MaxSessionsPerClient)
 	assert.Equal(t, 10*time.Minute, def.MCP.SessionTimeout)
@@ -36,7 +36,7 @@ func TestLimitsConfig(t *testing.T) {
 		"--mcp-max-sessions-per-client", "8", "--mcp-session-timeout", "2m"})
 	require.NoError(t, err)
 	assert.Equal(t, HTTPConfig{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 7 * time.Second, WriteTimeout: 30 * time.Second,
-		IdleTimeout: 5 * time.Second, DeviceMaxConnections: 30000, ControlMaxConnections: 64}, cfg.HTTP)
+		IdleTimeout: 5 * time.Second, DeviceMaxConnections: 30000, ControlMaxConnections: 64, MaxHeaderBytes: 64 << 10}, cfg.HTTP)
 	assert.Equal(t, 50, cfg.MCP.MaxSessions)
 	assert.Equal(t, 8, cfg.MCP.MaxSessionsPerClient)
 	assert.Equal(t, 2*time.Minute, cfg.MCP.SessionTimeout)

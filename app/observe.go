@@ -87,7 +87,7 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 
 // apiOptions configures the control API, /metrics and /readyz included.
 func (a *App) apiOptions() api.Options {
-	o := api.Options{Metrics: a.Metrics.Handler(), Ready: a.readiness, Access: a.apiAccess()}
+	o := api.Options{Metrics: a.Metrics.Handler(), Ready: a.readiness, Access: a.apiAccess(), MaxBodyBytes: a.cfg.Control.MaxBodyBytes}
 	a.addConsole(&o) // aliases, interactions, the web console (console.go)
 	return o
 }
