@@ -182,14 +182,14 @@ func TestThreeNodesServeOneFleet(t *testing.T) {
 	}
 
 	// Node b dies without cleaning up: its heartbeat lapses.
+	// How soon is cluster.offline_after's business (tested in cluster/);
+	// the poll's deadline only bounds the test on a loaded machine.
 	b.Cluster().Abandon()
-	died := time.Now()
 	want := []string{"0a:00:00:00:00:01", "0a:00:00:00:00:02", "0c:00:00:00:00:01"}
 	for _, base := range []string{baseA, baseC} {
 		require.Eventually(t, func() bool { return fmt.Sprint(readyBoards(t, base)) == fmt.Sprint(want) },
-			2*offlineWindow, 10*time.Millisecond, "b's boards offline elsewhere")
+			10*time.Second, 10*time.Millisecond, "b's boards offline elsewhere")
 	}
-	require.Less(t, time.Since(died), offlineWindow+time.Second)
 	// Boards on healthy nodes never fail meanwhile.
 	require.Equal(t, http.StatusOK, callStatus(t, baseA, "0c:00:00:00:00:01"))
 	require.Equal(t, http.StatusOK, callStatus(t, baseC, "0a:00:00:00:00:01"))

@@ -47,9 +47,6 @@ func ParseHosts(list []string) (Hosts, error) {
 	return h, nil
 }
 
-// Any reports whether every name is allowed ("*").
-func (h Hosts) Any() bool { return h.any }
-
 // canonicalHost is a Host header's name: port, IPv6 brackets and a
 // trailing dot removed, lower case.
 func canonicalHost(host string) string {
