@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,8 @@ type entry struct {
 	// (FlowOptions.Confirm, or annotated destructive).
 	confirm bool
 	schema  *argcheck.Schema
+	// published is the input schema served upstream (parsedSchema).
+	published json.RawMessage
 	// schemaErr says why the board's schema was not understood (nil when
 	// it was).
 	schemaErr error
@@ -63,6 +66,9 @@ type catalog struct {
 type parsedSchema struct {
 	schema *argcheck.Schema
 	err    error
+	// published is the schema as served upstream: the board's, with the
+	// words it wrote inside (descriptions, titles) made boardText.
+	published json.RawMessage
 }
 
 func emptyCatalog() *catalog {
@@ -71,9 +77,9 @@ func emptyCatalog() *catalog {
 
 // parse returns the parsed form of raw, shared with every tool of this
 // catalogue (and of prev) that has the same schema.
-func (c *catalog) parse(raw json.RawMessage, prev *catalog) (*argcheck.Schema, error) {
+func (c *catalog) parse(raw json.RawMessage, prev *catalog) parsedSchema {
 	if p, ok := c.schemas[string(raw)]; ok {
-		return p.schema, p.err
+		return p
 	}
 	p, ok := parsedSchema{}, false
 	if prev != nil {
@@ -81,9 +87,59 @@ func (c *catalog) parse(raw json.RawMessage, prev *catalog) (*argcheck.Schema, e
 	}
 	if !ok {
 		p.schema, p.err = argcheck.Parse(raw)
+		p.published = quoteSchemaText(p.schema.Published())
 	}
 	c.schemas[string(raw)] = p
-	return p.schema, p.err
+	return p
+}
+
+// schemaTextKeys are the schema keywords whose string values are prose a
+// host shows a model: what a board wrote there is quoted like its
+// description, so it cannot pass for the bridge's notes either.
+var schemaTextKeys = map[string]bool{"description": true, "title": true}
+
+// quoteSchemaText returns schema with every description and title made
+// boardText (schema is bounded at intake: small and shallow).
+func quoteSchemaText(schema json.RawMessage) json.RawMessage {
+	if !bytes.Contains(schema, []byte(`"description"`)) && !bytes.Contains(schema, []byte(`"title"`)) {
+		return schema
+	}
+	dec := json.NewDecoder(bytes.NewReader(schema))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return schema
+	}
+	changed := false
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, val := range x {
+				if s, ok := val.(string); ok && schemaTextKeys[k] {
+					if q := boardText(s); q != s {
+						x[k], changed = q, true
+					}
+				} else {
+					x[k] = walk(val)
+				}
+			}
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+		}
+		return v
+	}
+	v = walk(v)
+	if !changed {
+		return schema // the board's own bytes, in its own key order
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return schema
+	}
+	return out
 }
 
 // catalogOptions are the parts of Options the catalogue depends on.
@@ -172,7 +228,7 @@ func reuseEntry(c, prev *catalog, name string, v *deviceView, t device.Tool, con
 	if o.confirm != confirm {
 		return nil
 	}
-	c.schemas[string(t.InputSchema)] = parsedSchema{schema: o.schema, err: o.schemaErr}
+	c.schemas[string(t.InputSchema)] = parsedSchema{schema: o.schema, err: o.schemaErr, published: o.published}
 	return o
 }
 
@@ -183,12 +239,13 @@ func sameTool(a, b device.Tool) bool {
 
 func newEntry(c *catalog, name string, v *deviceView, t device.Tool, confirm bool, opts catalogOptions) *entry {
 	e := &entry{name: name, deviceID: v.info.DeviceID, alias: v.alias, board: v.info.Board, tool: t, userOnly: t.UserOnly(), confirm: confirm}
-	e.schema, e.schemaErr = c.parse(t.InputSchema, opts.prev)
+	p := c.parse(t.InputSchema, opts.prev)
+	e.schema, e.schemaErr, e.published = p.schema, p.err, p.published
 	e.mcpTool = &mcp.Tool{
 		Name:        name,
 		Title:       fmt.Sprintf("%s on %s", boardText(strings.TrimPrefix(t.Name, "self.")), v.alias),
 		Description: toolDescription(v, t, e.confirm),
-		InputSchema: e.schema.Published(),
+		InputSchema: e.published,
 	}
 	e.mcpTool.Meta = toolMeta(e.userOnly, opts.flow, e.confirm)
 	fp, _ := json.Marshal(e.mcpTool)

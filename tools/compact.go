@@ -179,8 +179,8 @@ func (s *Server) compactDescribe(ctx context.Context, _ *mcp.CallToolRequest, ar
 		Tools []toolDetail `json:"tools"`
 	}{deviceSummary: summarize(v), Tools: []toolDetail{}}
 	for _, e := range v.tools {
-		out.Tools = append(out.Tools, toolDetail{Name: e.tool.Name, Description: e.tool.Description,
-			InputSchema: e.schema.Published(), UserOnly: e.userOnly})
+		out.Tools = append(out.Tools, toolDetail{Name: e.tool.Name, Description: boardText(e.tool.Description),
+			InputSchema: e.published, UserOnly: e.userOnly})
 	}
 	return jsonResult(out)
 }
