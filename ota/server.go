@@ -123,11 +123,13 @@ type Config struct {
 // Defaults of the bounds in Config; the store's are DefaultMaxPending,
 // DefaultPendingTTL, DefaultMaxDevices and DefaultCodeDigits.
 const (
-	// DefaultRequestsPerSecond and DefaultRequestBurst let a site of a
-	// hundred boards behind one NAT boot together, and a flood from one
-	// address cost at most ten requests a second.
-	DefaultRequestsPerSecond = 10
-	DefaultRequestBurst      = 100
+	// DefaultRequestsPerSecond and DefaultRequestBurst let a site of 500
+	// boards behind one NAT boot together, and 10,000 within minutes (a
+	// refused board retries after 10 s, 20 s, 40 s…), while a flood from
+	// one address costs at most 50 small requests a second; the pending
+	// and record caps bound what they leave behind.
+	DefaultRequestsPerSecond = 50
+	DefaultRequestBurst      = 500
 	DefaultMaxAddresses      = 16384
 	// With 6 digits and a full pending list, DefaultCodeGuessesPerHour
 	// makes a guess hit some waiting board's code after about 17 hours on
