@@ -317,17 +317,15 @@ func newRequestRates(perSecond float64, burst, maxSessions int) *requestRates {
 	}
 }
 
-// clientKey identifies a client outside a session: its address and, with
-// tokens, which token it holds.
+// clientKey identifies a client outside a session: its address (for IPv6
+// its /64, which one host usually holds whole, so rotating addresses
+// inside it gains nothing) and, with tokens, which token it holds.
 func clientKey(r *http.Request, token string) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
+	key := keyrate.AddrKey(r.RemoteAddr)
 	if token != "" {
-		return host + "|" + shortHash(token)
+		return key + "|" + shortHash(token)
 	}
-	return host
+	return key
 }
 
 // legacyWriter sits between the stateful go-sdk handler and the client. It
