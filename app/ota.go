@@ -6,6 +6,7 @@ package app
 // told about issued credentials. docs/real-boards.md is the user's guide.
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/ota"
+	"go.uber.org/zap"
 )
 
 // OTAConfig configures the OTA endpoint on the device listener: whether it
@@ -121,6 +123,13 @@ func (a *App) newOTA() error {
 		return err
 	}
 	a.ota = s
+	// Once the listeners have drained, write the admission state that
+	// is not on disk yet (the store coalesces its writes).
+	a.onShutdown(func(context.Context) {
+		if err := s.Close(); err != nil {
+			a.log.Error("ota: could not write the admission state at shutdown", zap.Error(err))
+		}
+	})
 	a.cfg.WebSocket.Issued = s
 	a.cfg.WebSocket.RequireToken = s.RequireCredentials()
 	return nil

@@ -123,7 +123,9 @@ func TestOTAFloodIsBounded(t *testing.T) {
 	code, _, _ = send(t, http.DefaultClient, f.url+"activate", board(0), "{}")
 	assert.Equal(t, http.StatusTooManyRequests, code)
 
-	// A restart over the same state holds the same bound.
+	// A restart over the same state holds the same bound (the bridge
+	// writes its state as it stops).
+	require.NoError(t, f.srv.Close())
 	s, dropped, err := OpenStore(dir, Limits{MaxPending: 5}, f.srv.now())
 	require.NoError(t, err)
 	assert.Zero(t, dropped)
@@ -354,4 +356,51 @@ func TestBoundsValidated(t *testing.T) {
 	assert.InDelta(t, DefaultRequestsPerSecond, d.RequestsPerSecond, 0)
 	assert.Equal(t, minPendingTTL, d.PendingTTL)
 	assert.Equal(t, maxCodeDigits, d.CodeDigits)
+}
+
+// TestBootStormWritesOnce: a fleet's first boot (or an outsider inventing
+// MACs) no longer rewrites the whole store for every new board: with the
+// interval stretched to an hour, a hundred boards booting write nothing,
+// and the bridge's Close writes them all at once. Before, each new board
+// rewrote and synced the file under the store's lock: O(n²) bytes for a
+// fleet, and one full write per request for anyone.
+func TestBootStormWritesOnce(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, Config{DataDir: dir, RequestBurst: 1000}, embedded())
+	setInterval(f.srv.Store(), time.Hour)
+	const boards = 100
+	for i := range boards {
+		code, _, _ := send(t, http.DefaultClient, f.url, board(i), systemInfoBody)
+		require.Equal(t, http.StatusOK, code)
+	}
+	assert.Zero(t, writesOf(f.srv.Store()), "no write per board")
+	require.NoError(t, f.srv.Close())
+	assert.Equal(t, 1, writesOf(f.srv.Store()))
+	disk := onDisk(t, dir)
+	assert.Len(t, disk, boards)
+	assert.Equal(t, TransportMQTT, disk[mac(7)].Transport)
+}
+
+// TestApprovalOnDiskWhenAnswered: the approve route answers only once the
+// approval is on disk, and a board that gets credentials where they are
+// required has its Client-Id binding on disk before the answer, while
+// everything else still waits for its write.
+func TestApprovalOnDiskWhenAnswered(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, Config{DataDir: dir, Approval: true, Allow: []string{mac(2)}, RequestBurst: 1000}, embedded())
+	setInterval(f.srv.Store(), time.Hour)
+	code, _, _ := send(t, http.DefaultClient, f.url, board(1), systemInfoBody)
+	require.Equal(t, http.StatusOK, code)
+	assert.Empty(t, onDisk(t, dir), "a pending board waits for the next write")
+	code, body := f.post(t, f.control+"/api/ota/devices/"+mac(1)+"/approve", nil, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.True(t, onDisk(t, dir)[mac(1)].Approved)
+
+	// An allowlisted board gets credentials at once, bound to its
+	// Client-Id: the binding is on disk when the answer arrives.
+	code, answer, _ := send(t, http.DefaultClient, f.url, board(2), systemInfoBody)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, answer, `"password"`)
+	assert.Equal(t, board(2).Get("Client-Id"), onDisk(t, dir)[mac(2)].ClientID)
+	assert.Equal(t, 2, writesOf(f.srv.Store()))
 }

@@ -329,6 +329,7 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	store.log = logger
 	if dropped > 0 {
 		logger.Warn("ota: boards left out of the stored state: pending ones that stopped asking, or past ota.max_pending / ota.max_devices",
 			zap.Int("left_out", dropped), zap.Int("max_pending", cfg.MaxPending), zap.Int("max_devices", cfg.MaxDevices))
@@ -367,6 +368,11 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 	}
 	return s, nil
 }
+
+// Close writes what the admission state holds that is not on disk yet
+// (see Store) and stops the store's writer. Call it once the listeners no
+// longer serve OTA requests; it may be called more than once.
+func (s *Server) Close() error { return s.store.Close() }
 
 // SetPlacement sets how boards are spread over a fleet's nodes; it is used
 // only with Config.Balance set. nil keeps every board on this node.
@@ -683,9 +689,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if transport != "" {
-		if err := s.store.SetTransport(req.DeviceID, transport); err != nil {
-			log.Warn("could not record the board's transport", zap.Error(err))
-		}
+		s.store.SetTransport(req.DeviceID, transport)
 		log.Info("OTA answered", zap.String("transport", transport), zap.String("board", req.Board),
 			zap.String("firmware", req.Firmware), zap.String("client_id", req.ClientID))
 	}

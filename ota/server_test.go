@@ -38,6 +38,8 @@ func newFixture(t *testing.T, cfg Config, n Network) *fixture {
 	srv, err := New(cfg, func() Network { return f.net }, zap.New(core))
 	require.NoError(t, err)
 	f.srv = srv
+	// Registered first, so it runs after the listeners have closed.
+	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
 	dev, ctl := http.NewServeMux(), http.NewServeMux()
 	srv.Register(dev)
 	srv.RegisterControl(ctl)
@@ -216,6 +218,7 @@ func TestApprovalModeAndRestart(t *testing.T) {
 	info, err := os.Stat(filepath.Join(dir, SecretFile))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	require.NoError(t, f.srv.Close())
 	f2 := newFixture(t, cfg, embedded())
 	assert.True(t, f2.srv.Admitted("aa:bb:cc:dd:ee:ff"))
 	assert.True(t, f2.mqttOK("aa:bb:cc:dd:ee:ff", mq.Username, mq.Password))
@@ -226,6 +229,7 @@ func TestApprovalModeAndRestart(t *testing.T) {
 	h := boardHeaders()
 	h.Set("Device-Id", "aa:bb:cc:dd:ee:03")
 	_, m, _ = f2.boot(t, h)
+	require.NoError(t, f2.srv.Close())
 	f3 := newFixture(t, cfg, embedded())
 	_, m3, _ := f3.boot(t, h)
 	assert.JSONEq(t, string(m["activation"]), string(m3["activation"]))

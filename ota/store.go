@@ -14,13 +14,16 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // Files under the data directory.
 const (
 	// DevicesFile holds the admission state: one JSON document, rewritten
-	// whole (temp file, fsync, rename) whenever it changes.
+	// whole (temp file, fsync, rename) by the store's writer (see Store).
 	DevicesFile = "ota-devices.json"
 	// SecretFile holds the generated server secret (hex), mode 0600.
 	SecretFile = "ota-secret"
@@ -47,10 +50,10 @@ type Record struct {
 	Transport string    `json:"transport,omitempty"`
 	FirstSeen time.Time `json:"first_seen"`
 	// LastSeen is updated on every OTA call but written to disk only with
-	// another change (a fleet rebooting together must not rewrite the file
-	// once per board), or for a pending board once it is a quarter of
-	// the pending TTL older than on disk, so that a restart does not
-	// forget boards that are still asking.
+	// another change (a fleet rebooting together must not make the writer
+	// busy for it), or for a pending board once it is a quarter of the
+	// pending TTL older than on disk, so that a restart does not forget
+	// boards that are still asking.
 	LastSeen time.Time `json:"last_seen"`
 	// RejectedClientID, RejectedAt and Rejections record OTA calls for
 	// this MAC with another Client-Id than the one its credentials are
@@ -62,6 +65,10 @@ type Record struct {
 
 	// savedSeen is LastSeen as the file has it.
 	savedSeen time.Time
+	// secured numbers the record's last durable change (approval, reset,
+	// Client-Id binding; see Store): until the file holds that change, no
+	// credentials are handed out on the strength of it.
+	secured uint64
 }
 
 // Pending reports whether the board waits for an operator.
@@ -139,15 +146,83 @@ type storeFile struct {
 // Store is the admission state: every board seen, approvals and pending
 // activation codes. With a directory it survives restarts; without one it
 // lives in memory.
+//
+// Every change is made in memory and numbered. The file is rewritten whole,
+// and a store may hold ota.max_devices boards (tens of megabytes), so most
+// changes are coalesced: the first change after a write marks the store
+// dirty, and one writer goroutine writes everything writeInterval later. A
+// fleet booting together, or an outsider inventing MACs or changing its
+// firmware string at every call, costs one write per interval, not one per
+// request. The writer also paces itself on a slow disk: the next write
+// comes no sooner than writeShare times the last one's duration.
+//
+// Durable changes are on disk before the request that made them is
+// answered, because security rests on them:
+//   - an approval (Approve): the operator is told the board is admitted,
+//     and a restart must not quietly revoke it;
+//   - a reset of a Client-Id binding (Reset), likewise;
+//   - a new Client-Id binding where credentials are required, before the
+//     answer that hands the board its credentials (Seen): were it lost in
+//     a crash, the first caller to name the MAC after the restart, an
+//     impostor as well as the board, would bind the credentials to itself.
+//
+// Their callers ask the writer for a write at once and wait for it; callers
+// waiting together share one write. An outsider can cause one durable change
+// per board recorded (ota.max_devices), and no more: a binding is made once.
+//
+// A crash loses what changed since the last write, at most writeInterval (or
+// the pacing) old: last-seen times, board, firmware and chip names, the
+// transport last handed out, the record of refused Client-Ids, and pending
+// boards with their activation codes (such a board asks again and shows a
+// new code). Close writes everything.
 type Store struct {
 	path string // "" keeps everything in memory
 	lim  Limits
+	log  *zap.Logger
 
 	mu        sync.Mutex
 	devices   map[string]*Record
 	codes     map[string]string // pending code → device id
 	lastSweep time.Time         // when expired pending boards were last looked for
+
+	// The writer's state, under mu. Changes are numbered by gen; dirty
+	// is the newest one that must be written (the others wait for a
+	// write made for another reason, or for Close); written is the
+	// newest one on disk.
+	gen, dirty, written uint64
+	// interval is writeInterval (tests shorten or lengthen it).
+	interval time.Duration
+	// notBefore is when the writer may write next, unless urgent.
+	notBefore time.Time
+	// urgent: a caller waits for a durable change to be written.
+	urgent bool
+	// writing: the writer goroutine runs; it is started when there is
+	// something to write and ends when there is not.
+	writing, closed bool
+	// attempts counts finished writes; lastGen and lastErr are the newest
+	// change the last one held and how it ended.
+	attempts, lastGen uint64
+	lastErr           error
+	writes            int // successful writes, for tests
+	// wake tells a waiting writer that a change became urgent, or that
+	// the store closes; flushed is signalled after every write.
+	wake     chan struct{}
+	flushed  *sync.Cond
+	writer   sync.WaitGroup
+	writeLog logthrottle.Throttle
 }
+
+// writeInterval is the most a coalesced change waits to be written, and
+// the least time between two coalesced writes; writeShare keeps the
+// writer from spending more than a tenth of its time writing.
+const (
+	writeInterval = time.Second
+	writeShare    = 10
+)
+
+// ErrStoreClosed: the store was closed before a durable change could be
+// written.
+var ErrStoreClosed = errors.New("the OTA store is closed; the change was not written")
 
 // OpenStore loads dir/DevicesFile (dir "" means in memory only) within
 // lim as of now: pending boards not seen for PendingTTL are forgotten, and
@@ -156,7 +231,9 @@ type Store struct {
 // empty store; a file it cannot read is an error, so that a corrupt file
 // never silently drops approvals.
 func OpenStore(dir string, lim Limits, now time.Time) (s *Store, dropped int, err error) {
-	s = &Store{lim: lim.withDefaults(), devices: map[string]*Record{}, codes: map[string]string{}}
+	s = &Store{lim: lim.withDefaults(), log: zap.NewNop(), devices: map[string]*Record{}, codes: map[string]string{},
+		interval: writeInterval, wake: make(chan struct{}, 1)}
+	s.flushed = sync.NewCond(&s.mu)
 	if dir == "" {
 		return s, 0, nil
 	}
@@ -273,8 +350,10 @@ func (s *Store) Limits() Limits { return s.lim }
 // does not know is refused past MaxDevices (ErrStoreFull). With p.Bind, a
 // Client-Id other than the one the board registered with is recorded on
 // the board and refused (ErrClientIDConflict). It returns the updated
-// record; the file is rewritten only when something other than LastSeen
-// changed, or a pending board's LastSeen on disk is getting old.
+// record. A change other than LastSeen (or a pending board's LastSeen
+// getting old on disk) is written within writeInterval; with p.Bind, a
+// record that gets credentials (no approval needed, or approved) returns
+// only once its binding and approval are on disk.
 func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -282,6 +361,7 @@ func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 	r, ok := s.devices[req.DeviceID]
 	if ok && p.Bind && r.ClientID != req.ClientID && r.ClientID != "" {
 		r.reject(req.ClientID, now)
+		s.touchedLocked()
 		return *r, ErrClientIDConflict
 	}
 	newPending := p.Approval && (!ok || !r.Approved && r.Code == "")
@@ -299,7 +379,7 @@ func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 	if !ok {
 		r = &Record{DeviceID: req.DeviceID, FirstSeen: now}
 	}
-	before := *r
+	boundTo := r.ClientID
 	r.LastSeen = now
 	for _, f := range []struct {
 		dst *string
@@ -319,15 +399,19 @@ func (s *Store) Seen(req Request, now time.Time, p SeenPolicy) (Record, error) {
 		changed = true
 	}
 	s.devices[req.DeviceID] = r
-	if changed {
-		if err := s.saveLocked(); err != nil {
-			if newPending {
-				delete(s.codes, r.Code)
-			}
-			*r = before
-			if !ok {
-				delete(s.devices, req.DeviceID)
-			}
+	switch {
+	case p.Bind && r.ClientID != boundTo:
+		r.secured = s.changedLocked()
+	case changed:
+		s.changedLocked()
+	default:
+		s.touchedLocked()
+	}
+	if p.Bind && (!p.Approval || r.Approved) {
+		// The answer hands out credentials bound to r.ClientID. A
+		// binding that failed to reach the disk on an earlier call is
+		// waited for again here.
+		if err := s.waitWrittenLocked(r.secured); err != nil {
 			return Record{}, err
 		}
 	}
@@ -342,11 +426,12 @@ func (s *Store) Reject(id, clientID string, now time.Time) {
 	defer s.mu.Unlock()
 	if r, ok := s.devices[id]; ok {
 		r.reject(clientID, now)
+		s.touchedLocked()
 	}
 }
 
-// reject is kept in memory until the next write: anyone can repeat it at
-// will, and it must not cost a file write each time.
+// reject is kept in memory until the next write made for another reason:
+// anyone can repeat it at will, and it must not keep the writer busy.
 func (r *Record) reject(clientID string, now time.Time) {
 	r.RejectedClientID, r.RejectedAt = clientID, &now
 	r.Rejections++
@@ -364,7 +449,8 @@ const sweepInterval = time.Minute
 // sweepLocked forgets pending boards that stopped asking and returns how
 // many. It scans every record, so it runs at most once per sweepInterval,
 // or once a second when forced by a full store. The file is not rewritten
-// for it: the next change writes it, and a load leaves expired boards out.
+// for it: the next write (or Close) drops them, and a load leaves expired
+// boards out.
 func (s *Store) sweepLocked(now time.Time, force bool) int {
 	since := now.Sub(s.lastSweep)
 	if since < sweepInterval && (!force || since < time.Second) {
@@ -379,26 +465,32 @@ func (s *Store) sweepLocked(now time.Time, force bool) int {
 			n++
 		}
 	}
+	if n > 0 {
+		s.touchedLocked()
+	}
 	return n
 }
 
-// SetTransport remembers the transport last handed to a board.
-func (s *Store) SetTransport(id, transport string) error {
+// SetTransport remembers the transport last handed to a board; it is
+// written within writeInterval.
+func (s *Store) SetTransport(id, transport string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.devices[id]
 	if !ok || r.Transport == transport {
-		return nil
+		return
 	}
 	r.Transport = transport
-	return s.saveLocked()
+	s.changedLocked()
 }
 
 // ErrUnknownDevice: no board with that id or code called the OTA endpoint.
 var ErrUnknownDevice = errors.New("no such board has called the OTA endpoint")
 
 // Approve admits a board, named by its device id or by the activation
-// code on its screen, and returns its record. Approving twice is fine.
+// code on its screen, and returns its record once the approval is on disk.
+// Approving twice is fine; it waits again for an approval whose write
+// failed.
 func (s *Store) Approve(idOrCode string, now time.Time) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -410,17 +502,14 @@ func (s *Store) Approve(idOrCode string, now time.Time) (Record, error) {
 	if !ok {
 		return Record{}, ErrUnknownDevice
 	}
-	if r.Approved {
-		return *r, nil
+	if !r.Approved {
+		delete(s.codes, r.Code)
+		r.Approved, r.ApprovedAt, r.Code, r.Challenge = true, &now, "", ""
+		r.secured = s.changedLocked()
 	}
-	before := *r
-	delete(s.codes, r.Code)
-	r.Approved, r.ApprovedAt, r.Code, r.Challenge = true, &now, "", ""
-	if err := s.saveLocked(); err != nil {
-		*r = before
-		if before.Code != "" {
-			s.codes[before.Code] = id
-		}
+	// A failed write leaves the approval in memory, where it holds until
+	// a restart; the writer tries again, and so does a second Approve.
+	if err := s.waitWrittenLocked(r.secured); err != nil {
 		return Record{}, err
 	}
 	return *r, nil
@@ -428,7 +517,8 @@ func (s *Store) Approve(idOrCode string, now time.Time) (Record, error) {
 
 // Reset binds a board's credentials to clientID ("": to the Client-Id of
 // its next OTA call) and forgets the rejected calls: what an operator does
-// for a board whose flash was erased. The board stays approved.
+// for a board whose flash was erased. The board stays approved. It returns
+// once the reset is on disk.
 func (s *Store) Reset(id, clientID string) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -436,10 +526,9 @@ func (s *Store) Reset(id, clientID string) (Record, error) {
 	if !ok {
 		return Record{}, ErrUnknownDevice
 	}
-	before := *r
 	r.ClientID, r.RejectedClientID, r.RejectedAt, r.Rejections = clientID, "", nil, 0
-	if err := s.saveLocked(); err != nil {
-		*r = before
+	r.secured = s.changedLocked()
+	if err := s.waitWrittenLocked(r.secured); err != nil {
 		return Record{}, err
 	}
 	return *r, nil
@@ -459,28 +548,159 @@ func (s *Store) newCode() string {
 	}
 }
 
-// saveLocked writes the whole store atomically: a reader (or a crash)
-// sees the old file or the new one, never half of one.
-func (s *Store) saveLocked() error {
-	if s.path == "" {
-		return nil
+// touchedLocked numbers a change that waits for the next write made for
+// another reason, or for Close.
+func (s *Store) touchedLocked() { s.gen++ }
+
+// changedLocked numbers a change the writer writes within the interval,
+// and returns its number.
+func (s *Store) changedLocked() uint64 {
+	s.gen++
+	if s.path == "" || s.closed {
+		return s.gen
 	}
-	f := storeFile{Version: storeVersion, Devices: make([]Record, 0, len(s.devices))}
-	for _, r := range s.devices {
-		f.Devices = append(f.Devices, *r)
+	if s.dirty <= s.written {
+		// The first change since the last write starts the interval, so
+		// that a burst of changes shares one write.
+		s.notBefore = later(s.notBefore, time.Now().Add(s.interval))
 	}
-	sort.Slice(f.Devices, func(i, j int) bool { return f.Devices[i].DeviceID < f.Devices[j].DeviceID })
-	data, err := json.MarshalIndent(f, "", "  ")
+	s.dirty = s.gen
+	s.startWriterLocked()
+	return s.gen
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (s *Store) startWriterLocked() {
+	if !s.writing {
+		s.writing = true
+		s.writer.Add(1)
+		go s.runWriter()
+	}
+}
+
+// waitWrittenLocked returns once the file holds change gen, asking the
+// writer to write at once; it returns the error of a write that was to
+// hold it. mu is released while it waits.
+func (s *Store) waitWrittenLocked(gen uint64) error {
+	from := s.attempts
+	for s.path != "" && s.written < gen {
+		if s.attempts > from && s.lastErr != nil && s.lastGen >= gen {
+			return s.lastErr
+		}
+		if !s.writing {
+			if s.closed {
+				return ErrStoreClosed
+			}
+			s.startWriterLocked()
+		}
+		s.urgent = true
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+		s.flushed.Wait()
+	}
+	return nil
+}
+
+// runWriter is the writer goroutine: it writes while something must be
+// written, and ends when nothing must. Once the store is closed it makes
+// one last write of everything, whatever the pacing says.
+func (s *Store) runWriter() {
+	defer s.writer.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.dirty > s.written || s.closed && s.gen > s.written {
+		if wait := time.Until(s.notBefore); wait > 0 && !s.urgent && !s.closed {
+			timer.Reset(wait)
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-timer.C:
+			}
+			timer.Stop()
+			s.mu.Lock()
+			continue
+		}
+		last := s.closed
+		gen := s.gen
+		records := make([]Record, 0, len(s.devices))
+		for _, r := range s.devices {
+			records = append(records, *r)
+		}
+		s.urgent = false
+		s.mu.Unlock()
+
+		start := time.Now()
+		err := s.save(records)
+		took := time.Since(start)
+		if err != nil {
+			s.writeLog.Warn(s.log, "could not write the OTA admission state; retrying (approvals and bindings made since are answered 500 until it works)",
+				zap.String("path", s.path), zap.Error(err))
+		}
+
+		s.mu.Lock()
+		s.attempts++
+		s.lastGen, s.lastErr = gen, err
+		s.notBefore = time.Now().Add(max(s.interval, writeShare*took))
+		if err == nil {
+			s.written = max(s.written, gen)
+			s.writes++
+			for i := range records {
+				if r := s.devices[records[i].DeviceID]; r != nil {
+					r.savedSeen = records[i].LastSeen
+				}
+			}
+		}
+		s.flushed.Broadcast()
+		if last {
+			break
+		}
+	}
+	s.writing = false
+	s.flushed.Broadcast()
+}
+
+// Close writes whatever is not on disk yet and waits for the writer to
+// end. Changes made after Close stay in memory; a durable one fails with
+// ErrStoreClosed. Close may be called more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.path != "" && s.gen > s.written {
+		s.startWriterLocked()
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.Unlock()
+	s.writer.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.path != "" && s.gen > s.written && s.lastErr != nil {
+		return s.lastErr
+	}
+	return nil
+}
+
+// save writes records atomically: a reader (or a crash) sees the old file
+// or the new one, never half of one.
+func (s *Store) save(records []Record) error {
+	sort.Slice(records, func(i, j int) bool { return records[i].DeviceID < records[j].DeviceID })
+	data, err := json.MarshalIndent(storeFile{Version: storeVersion, Devices: records}, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(s.path, append(data, '\n'), 0o600); err != nil {
-		return err
-	}
-	for _, r := range s.devices {
-		r.savedSeen = r.LastSeen
-	}
-	return nil
+	return writeAtomic(s.path, append(data, '\n'), 0o600)
 }
 
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
@@ -505,6 +725,15 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("ota store: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("ota store: %w", err)
+	}
+	// The rename is durable only once the directory is synced.
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("ota store: %w", err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
 		return fmt.Errorf("ota store: %w", err)
 	}
 	return nil

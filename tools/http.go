@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/keyrate"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
@@ -40,9 +41,12 @@ type frontHandler struct {
 	s         *Server
 	stateful  http.Handler
 	stateless http.Handler
-	limiter   *rateLimiter
-	tracker   *sessionTracker
-	limits    *sessionLimits // caps and idle timeout of legacy sessions (sessions.go)
+	// rates limits requests (mcp.rate_limit): per session id when the
+	// session is known, per client key (clientKey) otherwise. Nil when
+	// rate limiting is off.
+	rates   *requestRates
+	tracker *sessionTracker
+	limits  *sessionLimits // caps and idle timeout of legacy sessions (sessions.go)
 	// refusals throttles the log line of refused sessions, which a
 	// client can repeat at will.
 	refusals logthrottle.Throttle
@@ -51,7 +55,7 @@ type frontHandler struct {
 func newFrontHandler(s *Server) *frontHandler {
 	h := &frontHandler{s: s, tracker: newSessionTracker()}
 	if s.opts.RateLimit > 0 {
-		h.limiter = newRateLimiter(s.opts.RateLimit, s.opts.RateBurst)
+		h.rates = newRequestRates(s.opts.RateLimit, s.opts.RateBurst, s.opts.MaxSessions)
 	}
 	store := mcp.NewMemoryEventStore(nil)
 	store.SetMaxBytes(s.opts.EventStoreBytes)
@@ -103,12 +107,12 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	sid := r.Header.Get(headerSessionID)
 	known := sid != "" && h.tracker.known(sid)
-	if h.limiter != nil {
-		key := "s:" + sid
+	if h.rates != nil {
+		set, key := h.rates.sessions, sid
 		if !known {
-			key = "c:" + clientKey(r, token)
+			set, key = h.rates.clients, clientKey(r, token)
 		}
-		if ok, wait := h.limiter.allow(key, time.Now()); !ok {
+		if ok, wait := set.Allow(key, time.Now()); !ok {
 			log.Info("mcp request refused: rate limit", zap.String("remote", r.RemoteAddr), zap.Bool("session", known))
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
 			http.Error(w, "Too Many Requests: slow down (see mcp.rate_limit)", http.StatusTooManyRequests)
@@ -286,17 +290,42 @@ func idKey(raw json.RawMessage) string {
 	return "n:" + strconv.FormatFloat(f, 'f', -1, 64)
 }
 
-// clientKey identifies a client outside a session: its address and, with
-// tokens, which token it holds.
+// requestRates are the token buckets of mcp.rate_limit, in two bounded
+// sets so that a flood of clients never costs a session its own bucket.
+type requestRates struct {
+	// sessions holds a bucket per known legacy session; it is sized to
+	// mcp.max_sessions, and a session's bucket is forgotten when the
+	// session closes.
+	sessions *keyrate.Set
+	// clients holds a bucket per client key outside a session (clientKey).
+	clients *keyrate.Set
+}
+
+// maxRateClients bounds the client keys (addresses, /64 networks for
+// IPv6, with a token hash where tokens are in use) that have their own
+// request bucket at once; a bucket is reclaimed once it has refilled (2 s
+// at the default rate and burst). It is far above the hosts that use one
+// bridge; past it, during a flood from that many networks, newcomers share
+// one overflow bucket until idle buckets are reclaimed, and memory stays
+// near 3 MB.
+const maxRateClients = 16384
+
+func newRequestRates(perSecond float64, burst, maxSessions int) *requestRates {
+	return &requestRates{
+		sessions: keyrate.New(perSecond, burst, max(1, maxSessions)),
+		clients:  keyrate.New(perSecond, burst, maxRateClients),
+	}
+}
+
+// clientKey identifies a client outside a session: its address (for IPv6
+// its /64, which one host usually holds whole, so rotating addresses
+// inside it gains nothing) and, with tokens, which token it holds.
 func clientKey(r *http.Request, token string) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
+	key := keyrate.AddrKey(r.RemoteAddr)
 	if token != "" {
-		return host + "|" + shortHash(token)
+		return key + "|" + shortHash(token)
 	}
-	return host
+	return key
 }
 
 // legacyWriter sits between the stateful go-sdk handler and the client. It
@@ -362,8 +391,8 @@ func (s *trackingStore) Append(ctx context.Context, sessionID, streamID string, 
 func (s *trackingStore) SessionClosed(ctx context.Context, sessionID string) error {
 	s.h.tracker.closed(sessionID)
 	s.h.limits.closed(sessionID)
-	if s.h.limiter != nil {
-		s.h.limiter.forget("s:" + sessionID)
+	if s.h.rates != nil {
+		s.h.rates.sessions.Forget(sessionID)
 	}
 	return s.EventStore.SessionClosed(ctx, sessionID)
 }

@@ -17,7 +17,6 @@ package tools
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -25,6 +24,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/keyrate"
 )
 
 // sessionLimits counts the live legacy sessions and the initializations in
@@ -254,16 +255,13 @@ func (l *sessionLimits) stats() SessionStats {
 
 // sessionClient is who a new session counts against: the verified
 // identity when there is one, else the client's address (every client
-// behind one proxy or NAT shares it).
+// behind one proxy or NAT shares it; for IPv6 its /64, as for the rate
+// limit).
 func sessionClient(r *http.Request, identity string) string {
 	if identity != "" {
 		return "id:" + identity
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
+	return "addr:" + keyrate.AddrKey(r.RemoteAddr)
 }
 
 // refuseSession answers a request that would open a session past a cap:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -184,4 +185,56 @@ func TestIdleSessionsClosed(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, 1, b.app.MCP().SessionStats().IdleClosed, "only the idle session was closed")
+}
+
+// TestIPv6NetworkIsOneClient: outside a verified identity a client is its
+// address, and for IPv6 its /64, which one host usually holds whole.
+// Addresses in one /64 share one per-client session budget and one rate
+// budget; another /64 has its own. Before, each address was a client of
+// its own, and a host rotating addresses inside its /64 got around
+// mcp.max_sessions_per_client and mcp.rate_limit.
+func TestIPv6NetworkIsOneClient(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.MaxSessionsPerClient = 2
+		c.MCP.RateLimit = 0.5 // one token every two seconds: nothing refills during the test
+		c.MCP.RateBurst = 4
+	})
+	// Loopback has one IPv6 address, so a real listener in front of /mcp
+	// hands each request the remote address the test names, as the
+	// socket would.
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = r.Header.Get("X-Test-Remote")
+		b.app.MCP().Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	v6 := *b
+	v6.url = front.URL + "/mcp"
+	from := func(addr string) map[string]string { return map[string]string{"X-Test-Remote": addr} }
+
+	// Two sessions from two addresses of 2001:db8:1:2::/64 fill its
+	// session budget; a third address there is refused.
+	for _, addr := range []string{"[2001:db8:1:2::1]:50000", "[2001:db8:1:2:ffff:ffff:ffff:fffe]:50001"} {
+		status, sid, _, body := v6.openRaw(from(addr))
+		require.Equal(t, http.StatusOK, status, "%s: %s", addr, body)
+		require.NotEmpty(t, sid)
+	}
+	status, _, retry, body := v6.openRaw(from("[2001:db8:1:2:abcd::3]:50002"))
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	refusal(t, retry, body, "mcp.max_sessions_per_client")
+
+	// Its fourth request outside a session spends the last token of the
+	// /64's rate budget; the fifth, from yet another address, is over it.
+	status, _, _, body = v6.openRaw(from("[2001:db8:1:2:abcd::4]:50003"))
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	assert.Contains(t, body, "mcp.max_sessions_per_client")
+	status, _, retry, body = v6.openRaw(from("[2001:db8:1:2:abcd::5]:50004"))
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	assert.Contains(t, body, "mcp.rate_limit", "the /64 spent its rate budget")
+	assert.NotEmpty(t, retry)
+
+	// Another /64 is another client.
+	status, sid, _, body := v6.openRaw(from("[2001:db8:1:3::1]:50000"))
+	require.Equal(t, http.StatusOK, status, body)
+	assert.NotEmpty(t, sid)
+	assert.Equal(t, 3, b.app.MCP().SessionStats().Live)
 }

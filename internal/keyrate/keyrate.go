@@ -70,6 +70,15 @@ func (s *Set) Allow(key string, now time.Time) (ok bool, wait time.Duration) {
 	return ok, wait
 }
 
+// Forget drops key's bucket: its owner is gone (a session that ended), so
+// the bucket only takes room that a newcomer could use. A key seen again
+// later starts with a full bucket.
+func (s *Set) Forget(key string) {
+	s.mu.Lock()
+	delete(s.buckets, key)
+	s.mu.Unlock()
+}
+
 // Len reports how many keys have their own bucket.
 func (s *Set) Len() int {
 	s.mu.Lock()

@@ -35,6 +35,21 @@ func TestCancelGivesTheTokenBack(t *testing.T) {
 	assert.True(t, ok)
 }
 
+func TestForget(t *testing.T) {
+	s := New(1, 1, 1)
+	t0 := time.Unix(1000, 0)
+	ok, _ := s.Allow("a", t0)
+	require.True(t, ok)
+	s.Forget("a")
+	assert.Zero(t, s.Len())
+	ok, _ = s.Allow("b", t0)
+	assert.True(t, ok, "the room a forgotten key held is free for a newcomer")
+	assert.Equal(t, 1, s.Len(), "b has its own bucket, not the overflow")
+	s.Forget("b")
+	ok, _ = s.Allow("a", t0)
+	assert.True(t, ok, "a forgotten key starts with a full bucket")
+}
+
 // TestBoundedKeys: a flood of distinct keys never makes the set hold more
 // than its size; past it newcomers share one bucket, and idle buckets are
 // reclaimed so that later newcomers get their own again.
