@@ -55,6 +55,12 @@ func (t *Throttle) allowAt(now time.Time) (int64, bool) {
 // adding a "suppressed" field with the count of lines left out since the
 // last one (omitted when none were). A level the logger does not write
 // neither logs nor counts.
+//
+// The throttle decides before the logger's own sampler (the app wraps its
+// logger in zap's) sees the line: the sampler sees only the lines let
+// through, a few a minute, so it never drops them, and every occurrence
+// the throttle leaves out is counted in "suppressed" rather than lost in
+// the sampler.
 func (t *Throttle) Warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	t.write(log, zapcore.WarnLevel, msg, fields)
 }
@@ -65,12 +71,15 @@ func (t *Throttle) Info(log *zap.Logger, msg string, fields ...zap.Field) {
 }
 
 func (t *Throttle) write(log *zap.Logger, lvl zapcore.Level, msg string, fields []zap.Field) {
-	ce := log.Check(lvl, msg)
-	if ce == nil {
+	if !log.Core().Enabled(lvl) {
 		return
 	}
 	n, ok := t.Allow()
 	if !ok {
+		return
+	}
+	ce := log.Check(lvl, msg)
+	if ce == nil {
 		return
 	}
 	if n > 0 {

@@ -52,3 +52,27 @@ func TestDisabledLevelNeitherLogsNorCounts(t *testing.T) {
 	_, ok := th.Allow()
 	assert.True(t, ok, "a line the logger dropped used no allowance")
 }
+
+// TestSamplerSeesOnlyWhatTheThrottleLetsThrough: behind zap's sampler (as
+// the app's logger is), a flood is still counted in full in "suppressed",
+// and the line due after the interval is written, not dropped by the
+// sampler for the flood it never saw.
+func TestSamplerSeesOnlyWhatTheThrottleLetsThrough(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	var dropped int
+	sampled := zapcore.NewSamplerWithOptions(core, time.Hour, 2, 0, zapcore.SamplerHook(func(_ zapcore.Entry, d zapcore.SamplingDecision) {
+		if d&zapcore.LogDropped != 0 {
+			dropped++
+		}
+	}))
+	log := zap.New(sampled)
+	th := &Throttle{Interval: time.Hour}
+	for range 1000 {
+		th.Warn(log, "flood")
+	}
+	th.last = th.last.Add(-2 * time.Hour) // the interval has passed
+	th.Warn(log, "flood")
+	require.Equal(t, 2, logs.Len(), "the line due after the interval is written")
+	assert.EqualValues(t, 999, logs.All()[1].ContextMap()["suppressed"])
+	assert.Zero(t, dropped, "the sampler never had to drop a throttled line")
+}
