@@ -51,6 +51,14 @@ func (t *Throttle) allowAt(now time.Time) (int64, bool) {
 	return n, true
 }
 
+// Suppressed is how many occurrences were left out since the last line
+// (a test polls it to know that a flood was handled).
+func (t *Throttle) Suppressed() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.suppressed
+}
+
 // Warn writes msg at warn level through log when the throttle allows it,
 // adding a "suppressed" field with the count of lines left out since the
 // last one (omitted when none were). A level the logger does not write

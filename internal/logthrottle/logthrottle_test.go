@@ -37,6 +37,7 @@ func TestWarnAddsSuppressedField(t *testing.T) {
 		th.Warn(log, "flood", zap.String("k", "v"))
 	}
 	require.Equal(t, 1, logs.Len(), "one line for a hundred occurrences within the interval")
+	assert.EqualValues(t, 99, th.Suppressed())
 	assert.NotContains(t, logs.All()[0].ContextMap(), "suppressed")
 	th.last = th.last.Add(-2 * time.Hour) // the interval has passed
 	th.Warn(log, "flood")
