@@ -21,7 +21,8 @@ const DefaultInterval = 10 * time.Second
 // once per DefaultInterval; it is safe for concurrent use.
 type Throttle struct {
 	// Interval is the least time between two lines; 0 means
-	// DefaultInterval.
+	// DefaultInterval. Set it before the throttle is used, or with
+	// SetInterval.
 	Interval time.Duration
 
 	mu         sync.Mutex
@@ -36,12 +37,12 @@ func (t *Throttle) Allow() (suppressed int64, ok bool) {
 }
 
 func (t *Throttle) allowAt(now time.Time) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	interval := t.Interval
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if !t.last.IsZero() && now.Sub(t.last) < interval {
 		t.suppressed++
 		return 0, false
@@ -49,6 +50,14 @@ func (t *Throttle) allowAt(now time.Time) (int64, bool) {
 	n := t.suppressed
 	t.last, t.suppressed = now, 0
 	return n, true
+}
+
+// SetInterval changes Interval while the throttle is in use (a test
+// shortens it to have the line that counts a flood written at once).
+func (t *Throttle) SetInterval(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.Interval = d
 }
 
 // Suppressed is how many occurrences were left out since the last line

@@ -77,3 +77,23 @@ func TestSamplerSeesOnlyWhatTheThrottleLetsThrough(t *testing.T) {
 	assert.EqualValues(t, 999, logs.All()[1].ContextMap()["suppressed"])
 	assert.Zero(t, dropped, "the sampler never had to drop a throttled line")
 }
+
+// TestSetIntervalWhileInUse: shortening the interval of a throttle in use
+// lets the line that counts the flood through at once.
+func TestSetIntervalWhileInUse(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	log := zap.New(core)
+	th := &Throttle{Interval: time.Hour}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			th.Warn(log, "flood")
+		}
+	}()
+	<-done
+	th.SetInterval(time.Nanosecond)
+	th.Warn(log, "flood")
+	require.Equal(t, 2, logs.Len())
+	assert.EqualValues(t, 49, logs.All()[1].ContextMap()["suppressed"])
+}
