@@ -87,6 +87,11 @@ func (t *Throttle) Info(log *zap.Logger, msg string, fields ...zap.Field) {
 	t.write(log, zapcore.InfoLevel, msg, fields)
 }
 
+// Error is Warn at error level.
+func (t *Throttle) Error(log *zap.Logger, msg string, fields ...zap.Field) {
+	t.write(log, zapcore.ErrorLevel, msg, fields)
+}
+
 func (t *Throttle) write(log *zap.Logger, lvl zapcore.Level, msg string, fields []zap.Field) {
 	if !log.Core().Enabled(lvl) {
 		return

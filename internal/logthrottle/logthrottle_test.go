@@ -97,3 +97,13 @@ func TestSetIntervalWhileInUse(t *testing.T) {
 	require.Equal(t, 2, logs.Len())
 	assert.EqualValues(t, 49, logs.All()[1].ContextMap()["suppressed"])
 }
+
+func TestErrorLevel(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	th := &Throttle{Interval: time.Hour}
+	for range 3 {
+		th.Error(zap.New(core), "broken")
+	}
+	require.Equal(t, 1, logs.Len())
+	assert.Equal(t, zapcore.ErrorLevel, logs.All()[0].Level)
+}
