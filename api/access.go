@@ -15,6 +15,8 @@ import (
 
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -44,14 +46,14 @@ func (s *Server) resolveBoard(id string) (string, policy.Board) {
 }
 
 // refused answers 403 when the policy does not let who call tool on board
-// (logged as what, and audited), before anything reaches the board; false
-// when the call is allowed.
-func (s *Server) refused(w http.ResponseWriter, what string, who policy.Identity, id string, board policy.Board, tool string, args json.RawMessage) bool {
+// (logged as what through th, and audited), before anything reaches the
+// board; false when the call is allowed.
+func (s *Server) refused(w http.ResponseWriter, th *logthrottle.Throttle, what string, who policy.Identity, id string, board policy.Board, tool string, args json.RawMessage) bool {
 	err := s.opts.Access.Policy.Check(who, board, tool)
 	if err == nil {
 		return false
 	}
-	s.log.Info(what+" refused by policy", zap.String("identity", who.Name), zap.String("device_id", id), zap.String("tool", tool))
+	th.Info(s.log, what+" refused by policy", zap.String("identity", who.Name), clip.Field("device_id", id), clip.Field("tool", tool))
 	s.auditCall(who, id, tool, args, "denied", 0)
 	writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
 	return true

@@ -19,6 +19,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -59,6 +60,7 @@ type Server struct {
 	log     *zap.Logger
 	streams *streams     // open /api/events streams; see Close
 	flow    *flow.Engine // interactions; nil when off
+	lines   callerLines  // throttled lines a caller can repeat (logs.go)
 }
 
 // New creates the control API over hub.
@@ -193,17 +195,19 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	who := policy.IdentityFrom(r.Context())
 	id, board := s.resolveBoard(id)
-	if s.refused(w, "control call", who, id, board, req.Name, req.Arguments) {
+	if s.refused(w, &s.lines.deniedCall, "control call", who, id, board, req.Name, req.Arguments) {
 		return
 	}
 	start := time.Now()
 	res, err := s.hub.CallTool(r.Context(), id, req.Name, req.Arguments)
 	took := time.Since(start)
-	log := s.log.With(zap.String("device_id", id), zap.String("tool", req.Name), zap.Duration("took", took))
+	// The id and the tool name are the caller's, up to the whole body.
+	log := s.log.With(clip.Field("device_id", id), clip.Field("tool", req.Name), zap.Duration("took", took))
 	if err != nil {
 		status, code := classify(err)
 		s.auditCall(who, id, req.Name, req.Arguments, code, took)
-		log.Info("control call failed", zap.Int("status", status), zap.String("code", code), zap.Error(device.LogSafe(err)))
+		s.lines.callFailed.Info(log, "control call failed", zap.Int("status", status), zap.String("code", code),
+			clip.Error(device.LogSafe(err)))
 		detail := ErrorDetail{Code: code, Message: err.Error()}
 		var argErr *device.ArgumentsError
 		var toolErr *device.UnknownToolError

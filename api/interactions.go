@@ -23,11 +23,10 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -217,7 +216,7 @@ func (s *Server) startInteraction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The same decision as a direct call: a guided call is a call.
-	if s.refused(w, "interaction", who, id, board, req.Name, req.Arguments) {
+	if s.refused(w, &s.lines.deniedInteraction, "interaction", who, id, board, req.Name, req.Arguments) {
 		return
 	}
 	step, err := s.flow.Start(r.Context(), interactionOwner(r), interactionKey(id, req.Name), req.Arguments, flow.StartOptions{Guided: req.Guided})
@@ -303,7 +302,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, op forwardedOp
 		if err == nil {
 			err = errors.New("empty reply")
 		}
-		s.log.Warn("could not reach the node that holds an interaction", zap.String("peer", node), zap.Error(err))
+		s.lines.holderUnreachable.Warn(s.log, "could not reach the node that holds an interaction", clip.Field("peer", node), clip.Error(err))
 		writeError(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("interaction %s is held by node %s, which could not be reached: %v; retry", op.ID, node, err))
 		return
 	}

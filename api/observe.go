@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -192,7 +193,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	sub, replay, reason := s.subscribe(lastID)
 	defer sub.Close()
 	log := s.log.With(zap.String("remote", r.RemoteAddr))
-	log.Debug("event stream opened", zap.String("last_event_id", lastID), zap.Int("replay", len(replay)),
+	log.Debug("event stream opened", clip.Field("last_event_id", lastID), zap.Int("replay", len(replay)),
 		zap.String("resync", reason))
 	who := policy.IdentityFrom(r.Context())
 	epoch := s.hub.Epoch()

@@ -83,8 +83,11 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	a := &App{cfg: cfg, log: logger, aliases: tools.MustAliases(cfg.MCP.Aliases)}
-	a.Metrics = newMetrics(logger)
+	metrics := newMetrics(logger)
+	// Every component's logger descends from this one: the sampler is
+	// the whole log's backstop, and the metrics count what it drops.
+	logger = sampled(logger, cfg.Log.Sampling, metrics.LogSampled)
+	a := &App{cfg: cfg, log: logger, aliases: tools.MustAliases(cfg.MCP.Aliases), Metrics: metrics}
 	hubCfg := cfg.hubConfig(Version)
 	hubCfg.Observer = a.Metrics
 	a.Hub = device.NewHub(hubCfg, logger.Named("device"))

@@ -54,10 +54,12 @@ type Config struct {
 	DebugAllowRemote bool   `yaml:"debug_allow_remote"`
 }
 
-// LogConfig selects the zap encoder and level.
+// LogConfig selects the zap encoder and level, and bounds the log
+// (logging.go).
 type LogConfig struct {
-	Format string `yaml:"format"` // console or json
-	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format   string      `yaml:"format"` // console or json
+	Level    string      `yaml:"level"`  // debug, info, warn, error
+	Sampling LogSampling `yaml:"sampling"`
 }
 
 // DevicesConfig tunes how the bridge talks MCP to every board.
@@ -143,7 +145,7 @@ func Default() Config {
 	return Config{
 		DeviceListen:  "0.0.0.0:8000",
 		ControlListen: "127.0.0.1:8080",
-		Log:           LogConfig{Format: "console", Level: "info"},
+		Log:           defaultLogConfig(),
 		WebSocket:     ws.Config{}.WithDefaults(),
 		Devices:       defaultDevicesConfig(),
 		Control: ControlConfig{EventsReplay: DefaultEventsReplay, MaxBodyBytes: api.DefaultMaxBodyBytes,

@@ -54,6 +54,10 @@ const (
 // timeout, zero workers, a bound switched off) and what would hurt the
 // bridge itself (a queue of a billion), not unusual choices.
 var numericKeys = map[string]numRange{
+	"log.sampling.initial":    counts(1, 1<<20).orOff("turns sampling off"),
+	"log.sampling.thereafter": counts(1, 1<<20),
+	"log.sampling.tick":       durations(10*time.Millisecond, time.Hour),
+
 	"websocket.hello_timeout":      durations(100*time.Millisecond, 5*time.Minute),
 	"websocket.read_limit":         byteSizes(512, 16*mib),
 	"websocket.write_timeout":      durations(time.Second, 5*time.Minute),

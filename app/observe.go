@@ -61,10 +61,26 @@ func (a *App) mqttStats() (observe.MQTTStats, bool) {
 	}
 	st := g.Stats()
 	var bs broker.Stats
+	var refused map[string]int64
+	var cutOff *int64
 	if b := a.MQTTBroker(); b != nil {
 		bs = b.Stats()
+		refused = map[string]int64{
+			// Sockets closed on arrival: the board listener held
+			// mqtt.max_connections, or mqtt.max_pending_connects not yet
+			// admitted.
+			"socket_limit": bs.RefusedSockets,
+			// CONNACKs refusing a board: a client id that names no board,
+			// bad or missing credentials, a board still cut off for flooding.
+			"client_id":   bs.RefusedClientID,
+			"credentials": bs.RefusedAuth,
+			"cut_off":     bs.RefusedCutOff,
+		}
+		cutOff = &bs.CutOff
 	}
 	return observe.MQTTStats{
+		Refused:   refused,
+		CutOff:    cutOff,
 		Connected: st.Connected,
 		Connects:  st.Connects,
 		In:        st.MessagesIn,

@@ -613,3 +613,47 @@ func TestEventStreamResume(t *testing.T) {
 		live = next
 	}
 }
+
+// TestBrokerRefusalsAreExported: the embedded broker's refusals (a client
+// id that names no board; a socket past mqtt.max_connections) and its
+// cut-offs are on /metrics, by reason, with no label per board.
+func TestBrokerRefusalsAreExported(t *testing.T) {
+	noLeaks(t)
+	cfg := testConfig()
+	cfg.MQTT.Listen = "127.0.0.1:0"
+	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	cfg.MQTT.MaxConnections = 2
+	a, base := startApp(t, cfg)
+	addr := a.MQTTAddr().String()
+	hc := http.DefaultClient
+	refused := func(reason string) float64 {
+		return scrapeMetrics(t, hc, base)[metricSeries("devicebridge_mqtt_broker_refused_total", "reason", reason)]
+	}
+	m := scrapeMetrics(t, hc, base)
+	for _, reason := range []string{"socket_limit", "client_id", "credentials", "cut_off"} {
+		assert.Contains(t, m, metricSeries("devicebridge_mqtt_broker_refused_total", "reason", reason), "present at zero")
+	}
+	assert.Contains(t, m, metricSeries("devicebridge_mqtt_broker_cut_offs_total"))
+
+	// CONNECT (MQTT 3.1.1, clean session, keepalive 60 s) as client "nope".
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = conn.Write([]byte{0x10, 16, 0, 4, 'M', 'Q', 'T', 'T', 4, 2, 0, 60, 0, 4, 'n', 'o', 'p', 'e'})
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(obsWait)))
+	connack := make([]byte, 4)
+	_, err = io.ReadFull(conn, connack)
+	require.NoError(t, err)
+	assert.Equal(t, []byte{0x20, 2, 0, 2}, connack, "identifier rejected")
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool { return refused("client_id") == 1 }, obsWait, 10*time.Millisecond)
+
+	// Sockets that never send CONNECT hold the listener's places until
+	// they are refused on arrival.
+	for range 4 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	require.Eventually(t, func() bool { return refused("socket_limit") >= 2 }, obsWait, 10*time.Millisecond)
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/policy"
 )
@@ -95,7 +96,7 @@ func (g *Guard) Middleware() func(http.Handler) http.Handler {
 			info, why := g.verify(r)
 			if info == nil {
 				g.unauthenticated.Info(g.logger(), g.Via+" request refused: missing or invalid bearer token",
-					zap.String("remote", r.RemoteAddr), zap.String("why", why))
+					zap.String("remote", r.RemoteAddr), clip.Field("why", why))
 				g.audit(r, "unauthenticated", why)
 				w.Header().Set("WWW-Authenticate", g.challenge(""))
 				keys := g.Keys

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/testissuer"
 	"github.com/devicebridge/devicebridge/policy"
 )
@@ -142,4 +144,20 @@ func TestRequireVerified(t *testing.T) {
 	t.Cleanup(bare.Close)
 	resp, _ = get(t, bare, "Bearer k-secret")
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "not verified by Middleware: refused")
+}
+
+// TestRefusalReasonIsCut: why a token was refused may quote what the token
+// claims (an audience, an issuer), which the caller chose; the refusal's
+// line quotes it cut.
+func TestRefusalReasonIsCut(t *testing.T) {
+	is, v := setup(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	srv := guarded(t, &authn.Guard{Verifier: v, Via: "api", Log: zap.New(core)}, whoAmI)
+	long := strings.Repeat("a", 20_000)
+	tok := is.RS256(t, testissuer.Claims{"sub": "alice", "aud": long, "iss": long})
+	resp, _ := get(t, srv, "Bearer "+tok)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	lines := logs.FilterMessageSnippet("request refused").All()
+	require.Len(t, lines, 1)
+	assert.LessOrEqual(t, len(lines[0].ContextMap()["why"].(string)), clip.Max+40, "%.300s", lines[0].ContextMap()["why"])
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -117,7 +118,7 @@ func (n *Node) serveCalls() error {
 					reply.Data = h(policy.WithIdentity(ctx, who), m.Data)
 				} else {
 					n.refusals.Warn(n.log, "refused a forwarded interaction request that did not say who is calling",
-						zap.String("from", m.Header.Get(hdrFrom)))
+						clip.Field("from", m.Header.Get(hdrFrom)))
 					reply.Header.Set(hdrRefused, errNoCaller)
 				}
 				if err := m.RespondMsg(reply); err != nil && n.ctx.Err() == nil {
@@ -187,8 +188,8 @@ func (n *Node) answer(m *nats.Msg) {
 	from := m.Header.Get(hdrFrom)
 	who, ok := callerOf(m)
 	if !ok {
-		n.refusals.Warn(n.log, "refused a routed call that did not say who is calling", zap.String("from", from),
-			zap.String("device_id", req.DeviceID), zap.String("tool", req.Tool))
+		n.refusals.Warn(n.log, "refused a routed call that did not say who is calling", clip.Field("from", from),
+			clip.Field("device_id", req.DeviceID), clip.Field("tool", req.Tool))
 		n.auditCall(policy.Identity{}, from, req, "denied", "no caller identity", 0)
 		n.refuse(m, errNoCaller)
 		return
@@ -198,8 +199,8 @@ func (n *Node) answer(m *nats.Msg) {
 		board.Alias = n.cfg.Alias(req.DeviceID)
 	}
 	if err := n.cfg.Policy.Check(who, board, req.Tool); err != nil {
-		n.log.Info("routed call refused by policy", zap.String("identity", who.Name), zap.String("from", from),
-			zap.String("device_id", req.DeviceID), zap.String("tool", req.Tool))
+		n.denied.Info(n.log, "routed call refused by policy", clip.Field("identity", who.Name), clip.Field("from", from),
+			clip.Field("device_id", req.DeviceID), clip.Field("tool", req.Tool))
 		n.auditCall(who, from, req, "denied", "policy", 0)
 		n.refuse(m, err.Error())
 		return

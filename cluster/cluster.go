@@ -218,8 +218,10 @@ type Node struct {
 	hub *device.Hub
 	log *zap.Logger
 	// badRecords throttles the warning for directory records that do not
-	// match their key: whoever can write to the bucket can repeat them.
-	badRecords logthrottle.Throttle
+	// match their key, unreadable and missing the warnings for records
+	// that do not decode and catalogs a record names but the bucket lacks:
+	// whoever can write to the buckets can repeat them.
+	badRecords, unreadable, missing logthrottle.Throttle
 
 	nc                             *nats.Conn
 	boards, catalogs, nodes, spent jetstream.KeyValue
@@ -244,9 +246,11 @@ type Node struct {
 	synced atomic.Bool
 	obs    Observer
 	// refusals throttles the warning about requests without a caller,
-	// which whoever can publish on the fleet's subjects can repeat. Its
-	// lock is a leaf: never taken with mu held, nor mu under it.
-	refusals logthrottle.Throttle
+	// which whoever can publish on the fleet's subjects can repeat, and
+	// denied the line about routed calls the policy refuses, which a
+	// caller on another node can repeat. Their locks are leaves (as are
+	// the other throttles'): never taken with mu held, nor mu under them.
+	refusals, denied logthrottle.Throttle
 
 	mu       sync.Mutex
 	stopped  bool

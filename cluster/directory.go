@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // opTimeout bounds one directory operation.
@@ -422,7 +423,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	}
 	var rec Record
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		n.log.Warn("unreadable fleet directory entry", zap.String("key", key), zap.Error(err))
+		n.unreadable.Warn(n.log, "unreadable fleet directory entry", clip.Field("key", key), clip.Error(err))
 		return
 	}
 	// A record is about the board its key names, in canonical form: any
@@ -431,7 +432,7 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	rec.DeviceID = device.NormalizeID(rec.DeviceID)
 	if rec.DeviceID == "" || keyFor(rec.DeviceID) != key {
 		n.badRecords.Warn(n.log, "ignored a fleet directory entry whose device id does not match its key",
-			zap.String("key", key), zap.String("device_id", rec.DeviceID), zap.String("node", rec.Node))
+			clip.Field("key", key), clip.Field("device_id", rec.DeviceID), clip.Field("node", rec.Node))
 		return
 	}
 	if rec.Node == n.cfg.NodeID {
@@ -518,7 +519,7 @@ func (n *Node) catalog(d string) []device.Tool {
 	defer cancel()
 	e, err := n.catalogs.Get(ctx, d)
 	if err != nil {
-		n.log.Warn("tool catalog missing from the fleet directory", zap.String("digest", d), zap.Error(err))
+		n.missing.Warn(n.log, "tool catalog missing from the fleet directory", clip.Field("digest", d), clip.Error(err))
 		return nil
 	}
 	if err := json.Unmarshal(e.Value(), &tools); err != nil {

@@ -129,8 +129,9 @@ type Hub struct {
 	// inits holds one token per board initializing (MaxInitializing).
 	inits chan struct{}
 	// refusedLog throttles the warning about refused tools: a board can
-	// reconnect and list them again at will.
-	refusedLog logthrottle.Throttle
+	// reconnect and list them again at will; initFailedLog the warning
+	// about a failed initialization, the same way.
+	refusedLog, initFailedLog logthrottle.Throttle
 
 	// draining ends when Drain is called: calls in flight are answered
 	// with ErrShutdown and new ones refused.

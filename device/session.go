@@ -13,6 +13,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/mcpclient"
 )
 
@@ -331,7 +332,8 @@ func (s *Session) initialize() bool {
 		s.info.InitError = err.Error()
 		s.info.RefusedTools = refused
 		s.mu.Unlock()
-		s.log.Warn("device initialization failed; closing its connection", zap.Error(err))
+		// The error may quote the board (its JSON-RPC error, a tool's name).
+		s.hub.initFailedLog.Warn(s.log, "device initialization failed; closing its connection", clip.Error(err))
 		s.link.Close(fmt.Errorf("%w: %w", errInitFailed, err))
 		return false
 	}
@@ -346,8 +348,8 @@ func (s *Session) initialize() bool {
 	s.info.RefusedTools = refused
 	s.mu.Unlock()
 	close(s.ready)
-	s.log.Info("device ready", zap.String("board", res.ServerInfo.Name),
-		zap.String("firmware", res.ServerInfo.Version), zap.Int("tools", len(tools)),
+	s.log.Info("device ready", clip.Field("board", res.ServerInfo.Name),
+		clip.Field("firmware", res.ServerInfo.Version), zap.Int("tools", len(tools)),
 		zap.Duration("took", time.Since(start)))
 	s.hub.publishIfCurrent(s, EventOnline)
 	return true
@@ -366,11 +368,11 @@ func (s *Session) intake(listed []Tool) ([]Tool, []RefusedTool) {
 		return tools, nil
 	}
 	for _, r := range refused {
-		s.log.Debug("board tool refused", zap.String("tool", r.Name), zap.String("reason", r.Reason))
+		s.log.Debug("board tool refused", clip.Field("tool", r.Name), clip.Field("reason", r.Reason))
 	}
 	s.hub.refusedLog.Warn(s.log, "board tools refused: past the bounds on what a board may declare (devices.tool_limits); "+
 		"its other tools are offered", zap.Int("refused", len(refused)), zap.Int("offered", len(tools)),
-		zap.String("tool", refused[0].Name), zap.String("reason", refused[0].Reason))
+		clip.Field("tool", refused[0].Name), clip.Field("reason", refused[0].Reason))
 	// Info travels in every event and directory record: the first few
 	// say what is wrong with the board.
 	return tools, refused[:min(len(refused), maxRefusedShown):min(len(refused), maxRefusedShown)]
@@ -428,7 +430,7 @@ func (s *Session) finish() {
 	}
 	close(s.done)
 	st := s.Stats()
-	s.log.Info("device disconnected", zap.String("reason", reason), zap.String("cause", string(cause)),
+	s.log.Info("device disconnected", clip.Field("reason", reason), zap.String("cause", string(cause)),
 		zap.Int64("ignored_messages", ignored),
 		zap.Duration("connected_for", time.Since(connected)),
 		zap.Int64("mcp_in", st.MCPIn), zap.Int64("mcp_out", st.MCPOut),

@@ -12,6 +12,9 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // Link is the part of a device connection a Stream needs: one text message
@@ -60,6 +63,9 @@ type Stream struct {
 
 	mcpIn, mcpOut, other, dropped, repaired atomic.Int64
 	closeOnce                               sync.Once
+	// dropLog throttles the warning about dropped messages: a board can
+	// send garbage as fast as its link carries it.
+	dropLog logthrottle.Throttle
 }
 
 var _ jsonrpc2.ObjectStream = (*Stream)(nil)
@@ -156,9 +162,8 @@ func decodeInto(payload json.RawMessage, v any) error {
 
 func (s *Stream) drop(why string, err error, size int) {
 	s.dropped.Add(1)
-	if ce := s.log.Check(zap.WarnLevel, "dropped device message"); ce != nil {
-		ce.Write(zap.String("reason", why), zap.Error(err), zap.Int("bytes", size))
-	}
+	// The decoder's error may quote the board's bytes.
+	s.dropLog.Warn(s.log, "dropped device message", zap.String("reason", why), clip.Error(err), zap.Int("bytes", size))
 }
 
 // Close unblocks ReadObject and makes later writes fail. It is idempotent.

@@ -23,10 +23,10 @@ package frontdoor
 
 import (
 	"net/http"
-	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
@@ -166,18 +166,9 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTT
 // Handler reports the route r matches, as http.ServeMux.Handler does.
 func (m *Mux) Handler(r *http.Request) (http.Handler, string) { return m.mux.Handler(r) }
 
-// clip keeps an outsider's header short enough for a log line.
-func clip(s string) string {
-	const max = 200
-	if len(s) <= max {
-		return s
-	}
-	return strings.ToValidUTF8(s[:max], "") + "…"
-}
-
 // refused logs one refusal through its throttle and answers it.
 func (m *Mux) refused(th *logthrottle.Throttle, refuse Refuser, w http.ResponseWriter, r *http.Request, status int, code, msg string, fields ...zap.Field) {
-	fields = append(fields, zap.String("remote", r.RemoteAddr), zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)))
+	fields = append(fields, zap.String("remote", r.RemoteAddr), clip.Field("method", r.Method), clip.Field("path", r.URL.Path))
 	th.Info(m.log, "control request refused: "+code, fields...)
 	refuse(w, r, status, code, msg)
 }

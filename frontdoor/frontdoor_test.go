@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // serve mounts one route per kind on a Mux built from cfg and serves it on
@@ -291,4 +293,29 @@ func TestChainOrder(t *testing.T) {
 	h := Chain(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { seen = append(seen, "handler") }), step("a"), step("b"))
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	assert.Equal(t, []string{"a", "b", "handler"}, seen)
+}
+
+// TestRefusalLinesCutOutsiderText: what a client chose (its method, path,
+// Host, Origin, Content-Type) is quoted in a refusal's log line only up to
+// clip.Max bytes, however long it sent it.
+func TestRefusalLinesCutOutsiderText(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	_, srv := serve(t, Config{AllowedOrigins: []string{"http://localhost:*"}, Logger: zap.New(core)})
+	long := strings.Repeat("X", 8000)
+	status, _ := do(t, srv, request{method: "POST", path: "/guarded", header: map[string]string{
+		"Origin": "http://localhost:5173", "Content-Type": "text/plain; x=" + long}})
+	require.Equal(t, http.StatusUnsupportedMediaType, status)
+	status, _ = do(t, srv, request{path: "/guarded", host: "h" + long})
+	require.Equal(t, http.StatusForbidden, status)
+	status, _ = do(t, srv, request{method: "PATCH" + long, path: "/guarded", header: map[string]string{"Origin": "http://evil.example/" + long}})
+	require.Equal(t, http.StatusForbidden, status)
+	require.Equal(t, 3, logs.Len())
+	for _, e := range logs.All() {
+		for k, v := range e.ContextMap() {
+			if s, ok := v.(string); ok {
+				assert.LessOrEqual(t, len(s), clip.Max+40, "%s: %s is not cut", e.Message, k)
+			}
+		}
+	}
+	assert.Contains(t, logs.All()[2].ContextMap()["method"], "… (cut from")
 }

@@ -16,7 +16,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"go.uber.org/zap"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // Hosts is the set of DNS names a Host header may carry. localhost is
@@ -104,8 +104,8 @@ func (m *Mux) hostStep(refuse Refuser) Step {
 			}
 			m.refused(&m.hostLog, refuse, w, r, http.StatusForbidden, "host_not_allowed",
 				fmt.Sprintf("Host %q is not a name this bridge answers to (DNS rebinding protection): use its address or localhost, "+
-					"or add the name to control.allowed_hosts (--allowed-host) or auth.public_url", clip(r.Host)),
-				zap.String("host", clip(r.Host)))
+					"or add the name to control.allowed_hosts (--allowed-host) or auth.public_url", clip.String(r.Host)),
+				clip.Field("host", r.Host))
 		})
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"net/url"
 	"strings"
 
-	"go.uber.org/zap"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // DefaultAllowedOrigins admits pages served from this machine (any port),
@@ -127,8 +127,8 @@ func (m *Mux) originStep(refuse Refuser) Step {
 				return
 			}
 			m.refused(&m.originLog, refuse, w, r, http.StatusForbidden, "origin_not_allowed",
-				fmt.Sprintf("Origin %q is not allowed (see control.allowed_origins, --allowed-origin)", clip(origin)),
-				zap.String("origin", clip(origin)), zap.String("sec_fetch_site", clip(r.Header.Get("Sec-Fetch-Site"))))
+				fmt.Sprintf("Origin %q is not allowed (see control.allowed_origins, --allowed-origin)", clip.String(origin)),
+				clip.Field("origin", origin), clip.Field("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
 		})
 	}
 }

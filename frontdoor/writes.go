@@ -16,9 +16,8 @@ import (
 	"net/http"
 	"strings"
 
-	"go.uber.org/zap"
-
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // fromBrowser reports whether r carries a header only browsers add.
@@ -62,7 +61,7 @@ func (m *Mux) writesStep(refuse Refuser) Step {
 			m.refused(&m.writeLog, refuse, w, r, http.StatusUnsupportedMediaType, "simple_request_refused",
 				"a browser request that changes something must be JSON (Content-Type: application/json) or carry "+
 					"an X- header, so that no other web page can forge it; this one is a form or text/plain",
-				zap.String("content_type", clip(r.Header.Get("Content-Type"))))
+				clip.Field("content_type", r.Header.Get("Content-Type")))
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
@@ -31,7 +32,7 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 	if !ok {
 		g.stats.unknownTopic.Add(1)
 		g.warns.unknownTopic.Warn(g.log, "dropped uplink message on a topic that names no board (boards are named by their MAC; "+
-			"mqtt.auth.allow_any_client_id admits other ids)", zap.String("topic", m.Topic()))
+			"mqtt.auth.allow_any_client_id admits other ids)", clip.Field("topic", m.Topic()))
 		return
 	}
 	payload := m.Payload()
@@ -85,7 +86,7 @@ func (l *link) handle(msg []byte) {
 	if err != nil {
 		l.g.stats.malformed.Add(1)
 		// The payload itself is never logged: it may be anything.
-		l.g.warns.malformed.Warn(l.log, "dropped undecodable uplink message", zap.Int("bytes", len(msg)), zap.Error(err))
+		l.g.warns.malformed.Warn(l.log, "dropped undecodable uplink message", zap.Int("bytes", len(msg)), clip.Error(err))
 		return
 	}
 	switch env.Type {
@@ -102,7 +103,7 @@ func (l *link) handle(msg []byte) {
 		// serve. Counted, not an error.
 		l.g.stats.other.Add(1)
 		if ce := l.log.Check(zap.DebugLevel, "ignored board message"); ce != nil {
-			ce.Write(zap.String("type", env.Type))
+			ce.Write(clip.Field("type", env.Type))
 		}
 	}
 }
@@ -134,11 +135,11 @@ func (l *link) handleHello(env envelope.Envelope) {
 	case errors.Is(err, errNotMQTTHello):
 		l.g.stats.badHellos.Add(1)
 		l.g.warns.badHello.Warn(l.log, "ignored hello: MQTT boards must send version 3 with transport udp",
-			zap.Int("version", h.Version), zap.String("hello_transport", h.Transport))
+			zap.Int("version", h.Version), clip.Field("hello_transport", h.Transport))
 		return
 	case err != nil:
 		l.g.stats.malformed.Add(1)
-		l.g.warns.malformed.Warn(l.log, "dropped malformed hello", zap.Error(err))
+		l.g.warns.malformed.Warn(l.log, "dropped malformed hello", clip.Error(err))
 		return
 	}
 	a := l.g.udp.open(randid.Hex16())
@@ -175,7 +176,7 @@ func (l *link) handleGoodbye(env envelope.Envelope) {
 	}
 	l.audioMu.Unlock()
 	if !match {
-		l.g.warns.staleGoodbye.Info(l.log, "ignored goodbye for a session that is not the current one", zap.String("session_id", env.SessionID))
+		l.g.warns.staleGoodbye.Info(l.log, "ignored goodbye for a session that is not the current one", clip.Field("session_id", env.SessionID))
 		return
 	}
 	l.g.udp.close(a)

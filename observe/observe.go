@@ -65,6 +65,7 @@ type Metrics struct {
 	callDuration *prometheus.HistogramVec
 	mcpRequests  *prometheus.CounterVec
 	cluster      clusterMetrics
+	logs         *logMetrics
 
 	mu      sync.Mutex
 	watched map[string]bool // Watch* calls made, each allowed once
@@ -82,6 +83,7 @@ func New(opts Options) *Metrics {
 		transports: slices.Clone(opts.Transports),
 		watched:    map[string]bool{},
 		cluster:    newClusterMetrics(),
+		logs:       newLogMetrics(),
 		connects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "board_connects_total",
 			Help: "Boards that attached to the Hub (handshake done), by transport.",
@@ -107,7 +109,7 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.connects, m.disconnects, m.calls, m.callDuration, m.mcpRequests,
+		m.connects, m.disconnects, m.calls, m.callDuration, m.mcpRequests, m.logs.dropped,
 	)
 	for _, t := range m.transports {
 		m.connects.WithLabelValues(t)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/devicebridge/devicebridge/device"
@@ -127,4 +128,23 @@ devicebridge_ws_connections_active 2
 	problems, err := testutil.GatherAndLint(m.Registry())
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// TestLogSampledCountsDrops: as zap's sampler hook, LogSampled counts the
+// lines the sampler drops, by level, and nothing else; every level's
+// series exists at zero from the start.
+func TestLogSampledCountsDrops(t *testing.T) {
+	m := New(Options{})
+	assert.Equal(t, 7, testutil.CollectAndCount(m.logs.dropped))
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(zapcore.NewSamplerWithOptions(core, time.Hour, 3, 0, zapcore.SamplerHook(m.LogSampled)))
+	for range 10 {
+		log.Info("again")
+		log.Warn("again")
+	}
+	log.Error("once")
+	assert.Equal(t, 7, logs.Len())
+	assert.Equal(t, 7.0, testutil.ToFloat64(m.logs.dropped.WithLabelValues("info")))
+	assert.Equal(t, 7.0, testutil.ToFloat64(m.logs.dropped.WithLabelValues("warn")))
+	assert.Zero(t, testutil.ToFloat64(m.logs.dropped.WithLabelValues("error")))
 }

@@ -86,6 +86,12 @@ type MQTTStats struct {
 	// Dropped counts uplink messages dropped, by reason. Keep the set of
 	// reasons fixed: each is a label value.
 	Dropped map[string]int64
+	// Refused counts board connections the embedded broker turned away,
+	// by reason, and CutOff the boards it disconnected for flooding; both
+	// nil/zero and absent from the series behind an external broker.
+	// Keep the set of reasons fixed: each is a label value.
+	Refused map[string]int64
+	CutOff  *int64
 }
 
 // WatchMQTT adds the MQTT gateway series, read at scrape time from stats.
@@ -111,6 +117,10 @@ var (
 		[]string{"direction"}, nil)
 	mqttDroppedDesc = prometheus.NewDesc(Namespace+"_mqtt_messages_dropped_total",
 		"Uplink MQTT messages the gateway dropped, by reason.", []string{"reason"}, nil)
+	mqttRefusedDesc = prometheus.NewDesc(Namespace+"_mqtt_broker_refused_total",
+		"Board connections the embedded MQTT broker refused, by reason.", []string{"reason"}, nil)
+	mqttCutOffDesc = prometheus.NewDesc(Namespace+"_mqtt_broker_cut_offs_total",
+		"Boards the embedded MQTT broker disconnected for publishing over their rate past the grace.", nil, nil)
 )
 
 func (c *mqttCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -118,6 +128,8 @@ func (c *mqttCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- mqttConnectsDesc
 	ch <- mqttMessagesDesc
 	ch <- mqttDroppedDesc
+	ch <- mqttRefusedDesc
+	ch <- mqttCutOffDesc
 }
 
 func (c *mqttCollector) Collect(ch chan<- prometheus.Metric) {
@@ -133,13 +145,22 @@ func (c *mqttCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mqttConnectsDesc, prometheus.CounterValue, float64(st.Connects))
 	ch <- prometheus.MustNewConstMetric(mqttMessagesDesc, prometheus.CounterValue, float64(st.In), "in")
 	ch <- prometheus.MustNewConstMetric(mqttMessagesDesc, prometheus.CounterValue, float64(st.Out), "out")
-	reasons := make([]string, 0, len(st.Dropped))
-	for r := range st.Dropped {
+	byReason(ch, mqttDroppedDesc, st.Dropped)
+	byReason(ch, mqttRefusedDesc, st.Refused)
+	if st.CutOff != nil {
+		ch <- prometheus.MustNewConstMetric(mqttCutOffDesc, prometheus.CounterValue, float64(*st.CutOff))
+	}
+}
+
+// byReason sends one counter of desc per reason, in a stable order.
+func byReason(ch chan<- prometheus.Metric, desc *prometheus.Desc, counts map[string]int64) {
+	reasons := make([]string, 0, len(counts))
+	for r := range counts {
 		reasons = append(reasons, r)
 	}
 	sort.Strings(reasons)
 	for _, r := range reasons {
-		ch <- prometheus.MustNewConstMetric(mqttDroppedDesc, prometheus.CounterValue, float64(st.Dropped[r]), r)
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(counts[r]), r)
 	}
 }
 

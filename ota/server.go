@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/keyrate"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
@@ -312,8 +313,12 @@ type Server struct {
 	// perAddress limits OTA requests per source address; callerGuesses
 	// and allGuesses limit wrong activation codes per caller and in all.
 	perAddress, callerGuesses, allGuesses *keyrate.Set
-	// One throttle per warning an outsider can repeat at will.
-	warnLimited, warnFull, warnConflict, warnForeign, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
+	// One throttle per line an outsider can repeat at will: refusals,
+	// and the lines of every answer (a board asks again at every boot, and
+	// while it waits for approval; anyone can ask as if a board).
+	warnLimited, warnConflict, warnForeign, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
+	warnPendingFull, warnStoreFull, warnUnrecorded, errUnsafeAnswer                                 logthrottle.Throttle
+	infoWaiting, infoAnswered                                                                       logthrottle.Throttle
 }
 
 // New opens the store and the secret. network is called on every request.
@@ -616,7 +621,7 @@ func (s *Server) selfURL(r *http.Request, n Network) string {
 func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	req, err := ParseRequest(r, s.cfg.MaxBodyBytes)
 	if err != nil {
-		s.infoBadRequest.Info(s.log, "refused OTA request", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		s.infoBadRequest.Info(s.log, "refused OTA request", zap.String("remote", r.RemoteAddr), clip.Error(err))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -651,7 +656,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	transport := ""
 	if needsApproval && !rec.Approved {
 		ans.Activation = &Activation{Message: s.cfg.ActivationMessage, Code: rec.Code, Challenge: rec.Challenge}
-		log.Info("board waits for approval: approve it with POST /api/ota/devices/{id}/approve on the control listener",
+		s.infoWaiting.Info(log, "board waits for approval: approve it with POST /api/ota/devices/{id}/approve on the control listener",
 			zap.String("board", req.Board), zap.String("firmware", req.Firmware))
 	} else {
 		transport = s.transportFor(req.DeviceID, n)
@@ -684,13 +689,13 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Sending it could crash or brick the board; a 500 only makes it
 		// retry. The error names the rule and the key, never a value.
-		log.Error("OTA answer would break the board; not sent", zap.Error(err))
+		s.errUnsafeAnswer.Error(log, "OTA answer would break the board; not sent", zap.Error(err))
 		http.Error(w, "the bridge could not build a safe answer for this board", http.StatusInternalServerError)
 		return
 	}
 	if transport != "" {
 		s.store.SetTransport(req.DeviceID, transport)
-		log.Info("OTA answered", zap.String("transport", transport), zap.String("board", req.Board),
+		s.infoAnswered.Info(log, "OTA answered", zap.String("transport", transport), zap.String("board", req.Board),
 			zap.String("firmware", req.Firmware), zap.String("client_id", req.ClientID))
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -713,15 +718,15 @@ func (s *Server) recorded(w http.ResponseWriter, log *zap.Logger, req Request, e
 			zap.String("client_id", req.ClientID))
 		http.Error(w, "this board's MAC is registered with another Client-Id; an operator must reset it on the bridge", http.StatusConflict)
 	case errors.Is(err, ErrTooManyPending):
-		s.warnFull.Warn(log, "refused board: too many boards wait for approval (ota.max_pending); approve or wait for them to expire",
+		s.warnPendingFull.Warn(log, "refused board: too many boards wait for approval (ota.max_pending); approve or wait for them to expire",
 			zap.Int("max_pending", lim.MaxPending), zap.Duration("pending_ttl", lim.PendingTTL))
 		w.Header().Set("Retry-After", retryAfter(time.Minute))
 		http.Error(w, "too many boards are waiting for approval; retry later", http.StatusServiceUnavailable)
 	case errors.Is(err, ErrStoreFull) && !s.RequireCredentials() && !s.cfg.Approval:
-		s.warnFull.Warn(log, "board answered but not recorded: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
+		s.warnUnrecorded.Warn(log, "board answered but not recorded: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
 		return true
 	case errors.Is(err, ErrStoreFull):
-		s.warnFull.Warn(log, "refused board: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
+		s.warnStoreFull.Warn(log, "refused board: ota.max_devices boards are recorded already", zap.Int("max_devices", lim.MaxDevices))
 		w.Header().Set("Retry-After", retryAfter(time.Minute))
 		http.Error(w, "the bridge records as many boards as it may; retry later", http.StatusServiceUnavailable)
 	default:

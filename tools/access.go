@@ -101,7 +101,7 @@ func (s *Server) denied(ctx context.Context, e *entry, args json.RawMessage) *mc
 	if err == nil {
 		return nil
 	}
-	s.log.Info("tool call refused by policy", zap.String("identity", id.Name), zap.String("device_id", e.deviceID),
+	s.lines().denied.Info(s.log, "tool call refused by policy", zap.String("identity", id.Name), zap.String("device_id", e.deviceID),
 		zap.String("tool", e.tool.Name))
 	s.auditCall(ctx, e, args, "denied", 0)
 	return errorResult("%s", upperFirst(err.Error()))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // Compact mode: hosts that cap the number of tools (some at 40) cannot take
@@ -192,7 +193,8 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 	cat := s.cat.Load()
 	v, fail := s.resolveDevice(cat, ref)
 	if fail != nil {
-		s.log.Info("tool call rejected", zap.String("device", ref), zap.String("tool", tool), zap.String("outcome", string(device.CodeUnknownDevice)))
+		s.lines().unknownDevice.Info(s.log, "tool call rejected", clip.Field("device", ref), clip.Field("tool", tool),
+			zap.String("outcome", string(device.CodeUnknownDevice)))
 		return fail
 	}
 	e := v.findTool(tool)
@@ -201,7 +203,7 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 		for i, t := range v.tools {
 			names[i] = t.tool.Name
 		}
-		s.log.Info("tool call rejected", zap.String("device_id", v.info.DeviceID), zap.String("tool", tool),
+		s.lines().unknownTool.Info(s.log, "tool call rejected", zap.String("device_id", v.info.DeviceID), clip.Field("tool", tool),
 			zap.String("outcome", "unknown_tool"))
 		switch {
 		case len(v.tools) == 0 && v.info.State.String() != "ready":

@@ -24,6 +24,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -568,7 +569,7 @@ func (s *Server) flowWireError(method string, err error) error {
 	if errors.As(err, &je) {
 		return je
 	}
-	s.log.Warn("interaction request failed", zap.String("method", method), zap.Error(err))
+	s.lines().flowFailed.Warn(s.log, "interaction request failed", zap.String("method", method), clip.Error(err))
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The interaction could not be handled (" + err.Error() + "). Try again; if it persists, start a new interaction."}
 }
 

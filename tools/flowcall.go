@@ -39,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 const (
@@ -62,7 +63,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 	modern, canAsk := askable(req)
 	if !canAsk {
 		if e.confirm && !confirmed {
-			s.log.Info("tool call refused: needs confirmation", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
+			s.lines().unconfirmed.Info(s.log, "tool call refused: needs confirmation", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
 			return confirmRequired(e, args)
 		}
 		return s.call(ctx, req, e, args)
@@ -220,7 +221,8 @@ func (s *Server) elicitRounds(ctx context.Context, req *mcp.CallToolRequest, e *
 				plan = withError(plan, "the answer did not fit the form ("+err.Error()+")")
 				continue
 			}
-			s.log.Info("could not ask the user", zap.String("tool", e.tool.Name), zap.Error(err))
+			// The client's answer may quote anything: cut.
+			s.lines().askFailed.Info(s.log, "could not ask the user", zap.String("tool", e.tool.Name), clip.Error(err))
 			return errorResult("%s on board %s was not run: the question to the user failed (%v). Nothing was sent to the board. "+
 				"Call it again with every argument given, as its inputSchema describes.", e.tool.Name, e.label(), err)
 		}
@@ -292,7 +294,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			// Forged, expired, another caller's or another call's: ignore it
 			// and the answers that came with it, and start over from the
 			// arguments (nothing runs without a fresh answer).
-			s.log.Info("requestState refused; asking again", zap.String("tool", e.tool.Name), zap.String("why", why))
+			s.lines().badState.Info(s.log, "requestState refused; asking again", zap.String("tool", e.tool.Name), zap.String("why", why))
 			if plan != nil && !plan.Ready() {
 				plan = withError(plan, "the previous answer was not used: its requestState is not valid here ("+why+
 					"; behind a load balancer, every bridge needs the same flow secret, --flow-secret). Answer again")
@@ -381,14 +383,14 @@ func (s *Server) spendCall(ctx context.Context, e *entry, call string) *mcp.Call
 }
 
 func (s *Server) replayUnchecked(e *entry, err error) *mcp.CallToolResult {
-	s.log.Warn("requestState not checked: replay store unavailable; not running the tool",
+	s.lines().replayUnchecked.Warn(s.log, "requestState not checked: replay store unavailable; not running the tool",
 		zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name), zap.Error(err))
 	return errorResult("%s on board %s was not run: the bridge could not check that this requestState was not already used (%v), so nothing was sent to the board. "+
 		"Retry the same request in a few seconds.", e.tool.Name, e.label(), err)
 }
 
 func (s *Server) alreadyRan(e *entry) *mcp.CallToolResult {
-	s.log.Info("requestState replayed; not running the tool again", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
+	s.lines().replayed.Info(s.log, "requestState replayed; not running the tool again", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
 	return errorResult("%s on board %s was not run again: the form of this call was already answered, and that answer ran it (on this bridge or another one sharing its flow secret); "+
 		"its result went to that request. Do not resend this requestState. If the result was lost, check the board's state first; "+
 		"to run the tool once more, make a new tools/call without requestState.", e.tool.Name, e.label())

@@ -50,6 +50,9 @@ type frontHandler struct {
 	// refusals throttles the log line of refused sessions, which a
 	// client can repeat at will.
 	refusals logthrottle.Throttle
+	// lines throttles the server's other lines a caller can repeat
+	// (logs.go).
+	lines callerLines
 }
 
 func newFrontHandler(s *Server) *frontHandler {
@@ -113,7 +116,7 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			set, key = h.rates.clients, clientKey(r, token)
 		}
 		if ok, wait := set.Allow(key, time.Now()); !ok {
-			log.Info("mcp request refused: rate limit", zap.String("remote", r.RemoteAddr), zap.Bool("session", known))
+			h.lines.rateLimited.Info(log, "mcp request refused: rate limit", zap.String("remote", r.RemoteAddr), zap.Bool("session", known))
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
 			http.Error(w, "Too Many Requests: slow down (see mcp.rate_limit)", http.StatusTooManyRequests)
 			return
@@ -128,7 +131,7 @@ func (h *frontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				log.Info("mcp request refused: body too large", zap.String("remote", r.RemoteAddr), zap.Int64("limit", tooBig.Limit))
+				h.lines.tooBig.Info(log, "mcp request refused: body too large", zap.String("remote", r.RemoteAddr), zap.Int64("limit", tooBig.Limit))
 				writeRejection(w, http.StatusRequestEntityTooLarge, leadingID(body), -32600,
 					fmt.Sprintf("request body exceeds %d bytes (see mcp.max_body_bytes); send less data", tooBig.Limit))
 				return

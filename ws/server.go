@@ -17,6 +17,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/bearer"
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/randid"
 )
@@ -139,7 +140,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if idErr != nil {
 		logID = raw
 	}
-	log := s.log.WithLazy(zap.String("device_id", logID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
+	// A refused id is the client's header, as long as net/http allows.
+	log := s.log.WithLazy(clip.Field("device_id", logID), zap.String("remote", r.RemoteAddr), zap.String("transport", TransportName))
 	if !s.authorized(logID, r.Header.Get("Client-Id"), r.Header.Get("Authorization")) {
 		s.unauthorized.Add(1)
 		s.badTokens.Warn(log, "rejected device: missing or invalid token")

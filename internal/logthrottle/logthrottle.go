@@ -21,7 +21,8 @@ const DefaultInterval = 10 * time.Second
 // once per DefaultInterval; it is safe for concurrent use.
 type Throttle struct {
 	// Interval is the least time between two lines; 0 means
-	// DefaultInterval.
+	// DefaultInterval. Set it before the throttle is used, or with
+	// SetInterval.
 	Interval time.Duration
 
 	mu         sync.Mutex
@@ -36,12 +37,12 @@ func (t *Throttle) Allow() (suppressed int64, ok bool) {
 }
 
 func (t *Throttle) allowAt(now time.Time) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	interval := t.Interval
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if !t.last.IsZero() && now.Sub(t.last) < interval {
 		t.suppressed++
 		return 0, false
@@ -51,10 +52,32 @@ func (t *Throttle) allowAt(now time.Time) (int64, bool) {
 	return n, true
 }
 
+// SetInterval changes Interval while the throttle is in use (a test
+// shortens it to have the line that counts a flood written at once).
+func (t *Throttle) SetInterval(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.Interval = d
+}
+
+// Suppressed is how many occurrences were left out since the last line
+// (a test polls it to know that a flood was handled).
+func (t *Throttle) Suppressed() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.suppressed
+}
+
 // Warn writes msg at warn level through log when the throttle allows it,
 // adding a "suppressed" field with the count of lines left out since the
 // last one (omitted when none were). A level the logger does not write
 // neither logs nor counts.
+//
+// The throttle decides before the logger's own sampler (the app wraps its
+// logger in zap's) sees the line: the sampler sees only the lines let
+// through, a few a minute, so it never drops them, and every occurrence
+// the throttle leaves out is counted in "suppressed" rather than lost in
+// the sampler.
 func (t *Throttle) Warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	t.write(log, zapcore.WarnLevel, msg, fields)
 }
@@ -64,13 +87,21 @@ func (t *Throttle) Info(log *zap.Logger, msg string, fields ...zap.Field) {
 	t.write(log, zapcore.InfoLevel, msg, fields)
 }
 
+// Error is Warn at error level.
+func (t *Throttle) Error(log *zap.Logger, msg string, fields ...zap.Field) {
+	t.write(log, zapcore.ErrorLevel, msg, fields)
+}
+
 func (t *Throttle) write(log *zap.Logger, lvl zapcore.Level, msg string, fields []zap.Field) {
-	ce := log.Check(lvl, msg)
-	if ce == nil {
+	if !log.Core().Enabled(lvl) {
 		return
 	}
 	n, ok := t.Allow()
 	if !ok {
+		return
+	}
+	ce := log.Check(lvl, msg)
+	if ce == nil {
 		return
 	}
 	if n > 0 {

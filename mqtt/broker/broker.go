@@ -48,6 +48,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -322,7 +323,7 @@ func (b *Broker) boardConnected(cl *mochi.Client, ci mqtt.ClientIdentity) {
 	}
 	b.signal()
 	b.log.Info("board connected", zap.String("device_id", ci.DeviceID), zap.String("transport", mqtt.TransportName),
-		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote))
+		clip.Field("client_id", cl.ID), zap.String("remote", cl.Net.Remote))
 }
 
 func (b *Broker) boardDisconnected(cl *mochi.Client, ci mqtt.ClientIdentity, err error) {
@@ -338,7 +339,7 @@ func (b *Broker) boardDisconnected(cl *mochi.Client, ci mqtt.ClientIdentity, err
 		b.signal()
 	}
 	fields := []zap.Field{zap.String("device_id", ci.DeviceID), zap.String("transport", mqtt.TransportName),
-		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote)}
+		clip.Field("client_id", cl.ID), zap.String("remote", cl.Net.Remote)}
 	if err != nil {
 		fields = append(fields, zap.String("reason", err.Error()))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
@@ -169,7 +170,7 @@ func (h *policy) deniedOverRate(cl *mochi.Client, st *clientState) {
 
 func (h *policy) boardFields(cl *mochi.Client, st *clientState, more ...zap.Field) []zap.Field {
 	return append([]zap.Field{zap.String("device_id", st.ident.DeviceID), zap.String("transport", mqtt.TransportName),
-		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote)}, more...)
+		clip.Field("client_id", cl.ID), zap.String("remote", cl.Net.Remote)}, more...)
 }
 
 // cutOff disconnects a board that stayed over its rate for the whole

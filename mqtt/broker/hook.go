@@ -11,6 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
@@ -92,7 +93,7 @@ func (h *policy) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	h.b.refusedID.Add(1)
 	h.b.warns.refusedID.Warn(h.b.log, "refused mqtt client: client id does not name a board (expected GID_xxx@@@aa_bb_cc_dd_ee_ff@@@uuid; "+
 		"mqtt.auth.allow_any_client_id admits other ids)",
-		zap.String("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
+		clip.Field("client_id", cl.ID), zap.String("remote", cl.Net.Remote), zap.String("listener", cl.Net.Listener))
 	_ = h.b.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
 	return packets.ErrClientIdentifierNotValid
 }
@@ -122,7 +123,7 @@ func (h *policy) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) (ok 
 	}
 	h.b.refusedAuth.Add(1)
 	h.b.warns.refusedAuth.Warn(h.b.log, "refused board: bad or missing credentials", zap.String("device_id", st.ident.DeviceID),
-		zap.String("transport", mqtt.TransportName), zap.String("client_id", cl.ID),
+		zap.String("transport", mqtt.TransportName), clip.Field("client_id", cl.ID),
 		zap.String("remote", cl.Net.Remote), zap.Bool("sent_credentials", user != "" || pass != ""))
 	return false
 }
@@ -244,7 +245,7 @@ func (h *policy) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 // warn writes a policy warning a board can repeat at will through its
 // throttle: the first at once, then one per interval with a count.
 func (h *policy) warn(st *clientState, cl *mochi.Client, t *logthrottle.Throttle, msg, topic string) {
-	t.Warn(h.b.log, msg, h.boardFields(cl, st, zap.String("topic", topic))...)
+	t.Warn(h.b.log, msg, h.boardFields(cl, st, clip.Field("topic", topic))...)
 }
 
 // OnPublish attributes a board's publish: whatever allowed topic it used,
@@ -279,7 +280,7 @@ func (h *policy) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 		if q := h.toGateway(cl); q != nil {
 			q.left(pk.TopicName)
 		}
-		h.b.warns.gatewayBehind.Warn(h.b.log, "bridge gateway is not keeping up; dropped an uplink message", zap.String("topic", pk.TopicName))
+		h.b.warns.gatewayBehind.Warn(h.b.log, "bridge gateway is not keeping up; dropped an uplink message", clip.Field("topic", pk.TopicName))
 		return
 	}
 	h.warn(st, cl, &h.b.warns.notReading, "board is not reading; dropped a downlink message", pk.TopicName)

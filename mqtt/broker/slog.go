@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/zapslog"
 )
 
@@ -39,7 +40,9 @@ func field(key string, v slog.Value) zap.Field {
 	case *packets.Packet:
 		return zap.String(key, packetSummary(x))
 	case error:
-		return zap.NamedError(key, x)
+		return clip.NamedError(key, x)
+	case string: // a client id, a topic: the client's own
+		return clip.Field(key, x)
 	}
 	return zap.Any(key, v.Any())
 }
@@ -50,7 +53,7 @@ func packetSummary(p *packets.Packet) string {
 	}
 	s := packets.PacketNames[p.FixedHeader.Type]
 	if p.TopicName != "" {
-		s += " " + p.TopicName
+		s += " " + clip.String(p.TopicName)
 	}
 	if len(p.Payload) > 0 {
 		s += " (" + strconv.Itoa(len(p.Payload)) + " bytes)"
