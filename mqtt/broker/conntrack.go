@@ -65,8 +65,10 @@ func (l *connListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if limit != "" {
-			_ = c.Close()
+			// Counted before the close, so that a client seeing its socket
+			// closed finds the refusal counted.
 			l.refused(limit)
+			_ = c.Close()
 			continue
 		}
 		_ = c.SetDeadline(time.Now().Add(l.connectTimeout))
