@@ -77,15 +77,20 @@ func scenario(t *testing.T, name string) *tally {
 	tallies = append(tallies, s)
 	tallyMu.Unlock()
 	t.Cleanup(func() {
-		t.Logf("FAULTS %-44s tried=%d survived=%d crash=%d hang=%d growth=%d bypass=%d wrong=%d", s.name,
-			s.tried.Load(), s.survive.Load(), s.lost[lossCrash].Load(), s.lost[lossHang].Load(),
-			s.lost[lossGrowth].Load(), s.lost[lossBypass].Load(), s.lost[lossWrong].Load())
+		t.Log(s.line())
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		assert.Zero(t, s.lostTotal(), "%s lost inputs; first ones: %s", s.name, strings.Join(s.losses, "; "))
 		assert.Equal(t, s.tried.Load(), s.survive.Load()+s.lostTotal(), "%s: every try is counted once", s.name)
 	})
 	return s
+}
+
+// line is the scenario's FAULTS summary line.
+func (s *tally) line() string {
+	return fmt.Sprintf("FAULTS %-44s tried=%d survived=%d crash=%d hang=%d growth=%d bypass=%d wrong=%d", s.name,
+		s.tried.Load(), s.survive.Load(), s.lost[lossCrash].Load(), s.lost[lossHang].Load(),
+		s.lost[lossGrowth].Load(), s.lost[lossBypass].Load(), s.lost[lossWrong].Load())
 }
 
 func (s *tally) lostTotal() int64 {
@@ -194,13 +199,33 @@ func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 	return b
 }
 
+// shutdowns counts every bridge the campaign shuts down. A shutdown that
+// does not end in time is a hang: rather than hold the campaign until the
+// test binary's timeout (and lose every scenario after it), the test that
+// owns the bridge fails at once with what the shutdown waits on, and the
+// campaign goes on. TestZZSummary lists it with the scenarios.
+var shutdowns = &tally{name: "bridge shutdowns"}
+
 // shutdown stops the bridge (once; the test's cleanup calls it too).
 func (b *bridge) shutdown() {
 	b.stop.Do(func() {
 		b.http.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		assert.NoError(b.t, b.App.Shutdown(ctx))
+		done := make(chan error, 1)
+		// Owned by this function while it ends in time; a shutdown that hangs
+		// is left behind, and its test fails.
+		go func() { done <- b.App.Shutdown(ctx) }()
+		select {
+		case err := <-done:
+			shutdowns.check(b.t.Name(), err)
+			assert.NoError(b.t, err)
+		case <-time.After(wait + 5*time.Second):
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			shutdowns.hang("%s: the bridge's shutdown did not end", b.t.Name())
+			b.t.Errorf("the bridge's shutdown did not end within %v; goroutines by top frame:\n%s", wait+5*time.Second, summarizeStacks(buf[:n]))
+		}
 	})
 }
 
