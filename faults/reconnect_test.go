@@ -144,6 +144,11 @@ func TestBridgeRestart(t *testing.T) {
 			break
 		}
 		b.shutdown()
+		if t.Failed() {
+			// The bridge did not stop (its shutdown hung): a new one beside
+			// it on the same ports would only wait out every poll.
+			t.FailNow()
+		}
 		b = startBridge(t, cfg, nil)
 	}
 }
