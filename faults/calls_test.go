@@ -47,16 +47,16 @@ func TestBoardDropsMidCall(t *testing.T) {
 				case code == http.StatusBadGateway && errorCode(body) == "device_disconnected":
 					s.ok()
 				default:
-					s.fail("round %d %s: %d %s", round, tool, code, body)
+					s.lose(answerLoss(code, body), "round %d %s: %d %s", round, tool, code, body)
 				}
 			}()
 		}
 		wg.Wait()
 		b.connect(sb)
 		code, body := b.call(sb.MAC(), "self.get_device_status", nil)
-		s.check(fmt.Sprintf("round %d: call after reconnect", round), statusErr(code, body, http.StatusOK))
+		s.checkAs(answerLoss(code, body), fmt.Sprintf("round %d: call after reconnect", round), statusErr(code, body, http.StatusOK))
 	}
-	b.requireHealthy(ref)
+	b.requireHealthy(t, s, ref)
 }
 
 // statusErr is nil when code is want.
@@ -119,15 +119,15 @@ func TestSilentBoard(t *testing.T) {
 					s.ok()
 					return
 				}
-				s.fail("round %d silent: %d %s", round, code, body)
+				s.lose(answerLoss(code, body), "round %d silent: %d %s", round, code, body)
 			}()
 		}
 		wg.Wait()
 		silent.Store(false)
 		code, body := b.call(id, "self.ping", nil)
-		s.check(fmt.Sprintf("round %d: call once the board answers", round), statusErr(code, body, http.StatusOK))
+		s.checkAs(answerLoss(code, body), fmt.Sprintf("round %d: call once the board answers", round), statusErr(code, body, http.StatusOK))
 	}
-	b.requireHealthy(ref)
+	b.requireHealthy(t, s, ref)
 }
 
 // TestSlowTool: a tool slower than the call timeout. The call ends with
@@ -147,7 +147,7 @@ func TestSlowTool(t *testing.T) {
 		if code == http.StatusGatewayTimeout && errorCode(body) == "device_timeout" {
 			s.ok()
 		} else {
-			s.fail("round %d slow call: %d %s", round, code, body)
+			s.lose(answerLoss(code, body), "round %d slow call: %d %s", round, code, body)
 		}
 		// The board answers again once its main task is free.
 		var last string
@@ -158,10 +158,10 @@ func TestSlowTool(t *testing.T) {
 		}) {
 			s.ok()
 		} else {
-			s.fail("round %d: queue stuck after a timeout: %s", round, last)
+			s.hang("round %d: queue stuck after a timeout: %s", round, last)
 		}
 	}
-	b.requireHealthy(ref)
+	b.requireHealthy(t, s, ref)
 }
 
 // assertEventually polls f until it is true or wait passes.
@@ -211,6 +211,8 @@ func TestCallFlood(t *testing.T) {
 					case device.CodeBusy:
 						busy.Add(1)
 						s.ok()
+					case device.CodeTimeout:
+						s.hang("hub call: %v", err)
 					default:
 						s.fail("hub call: %v", err)
 					}
@@ -220,7 +222,7 @@ func TestCallFlood(t *testing.T) {
 					stringsReader(`{"name":"self.lamp.get_state"}`))
 				resp, err := b.http.Do(req)
 				if err != nil {
-					s.fail("http call: %v", err)
+					s.lose(answerLoss(0, []byte(err.Error())), "http call: %v", err)
 					return
 				}
 				body := readAll(resp)
@@ -251,6 +253,6 @@ func TestCallFlood(t *testing.T) {
 		code, body := b.call(sb.MAC(), "self.lamp.get_state", nil)
 		require.Equal(t, http.StatusOK, code, "%s: the board works after the flood: %s", via, body)
 	}
-	b.requireHealthy(ref)
-	b.settled(base, "the floods")
+	b.requireHealthy(t, s, ref)
+	b.settled(t, s, base, "the floods")
 }

@@ -30,13 +30,37 @@ import (
 // wait bounds every poll of the campaign; nothing should come close.
 const wait = 20 * time.Second
 
+// Loss is the kind of a lost try.
+type loss int
+
+// Kinds of loss, the columns of the summary.
+const (
+	// lossCrash: the bridge stopped answering /healthz, or a reference
+	// board stopped answering. (A panic kills the test binary: the campaign
+	// finishing is itself the proof that nothing panicked.)
+	lossCrash loss = iota
+	// lossHang: no answer within the poll deadline.
+	lossHang
+	// lossGrowth: a resource past its documented bound (sessions, pending
+	// entries, connections, goroutines, heap, log lines).
+	lossGrowth
+	// lossBypass: something refused by design got through.
+	lossBypass
+	// lossWrong: any other wrong answer.
+	lossWrong
+	lossKinds
+)
+
+var lossNames = [lossKinds]string{"crash", "hang", "growth", "bypass", "wrong"}
+
 // tally counts one scenario: what was tried, what survived (a clear
-// answer, the bridge still healthy) and what was lost.
+// answer, the bridge still healthy) and what was lost, by kind.
 type tally struct {
-	name                  string
-	tried, survived, lost atomic.Int64
-	mu                    sync.Mutex
-	losses                []string // the first few, for the failure message
+	name           string
+	tried, survive atomic.Int64
+	lost           [lossKinds]atomic.Int64
+	mu             sync.Mutex
+	losses         []string // the first few, for the failure message
 }
 
 var (
@@ -53,36 +77,79 @@ func scenario(t *testing.T, name string) *tally {
 	tallies = append(tallies, s)
 	tallyMu.Unlock()
 	t.Cleanup(func() {
-		t.Logf("FAULTS %-40s tried=%d survived=%d lost=%d", s.name, s.tried.Load(), s.survived.Load(), s.lost.Load())
+		t.Log(s.line())
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		assert.Zero(t, s.lost.Load(), "%s lost inputs; first ones: %s", s.name, strings.Join(s.losses, "; "))
-		assert.Equal(t, s.tried.Load(), s.survived.Load()+s.lost.Load(), "%s: every try is counted once", s.name)
+		assert.Zero(t, s.lostTotal(), "%s lost inputs; first ones: %s", s.name, strings.Join(s.losses, "; "))
+		assert.Equal(t, s.tried.Load(), s.survive.Load()+s.lostTotal(), "%s: every try is counted once", s.name)
 	})
 	return s
 }
 
-// ok counts one try that survived.
-func (s *tally) ok() { s.tried.Add(1); s.survived.Add(1) }
+// line is the scenario's FAULTS summary line.
+func (s *tally) line() string {
+	return fmt.Sprintf("FAULTS %-44s tried=%d survived=%d crash=%d hang=%d growth=%d bypass=%d wrong=%d", s.name,
+		s.tried.Load(), s.survive.Load(), s.lost[lossCrash].Load(), s.lost[lossHang].Load(),
+		s.lost[lossGrowth].Load(), s.lost[lossBypass].Load(), s.lost[lossWrong].Load())
+}
 
-// fail counts one lost try and remembers why.
-func (s *tally) fail(format string, args ...any) {
+func (s *tally) lostTotal() int64 {
+	var n int64
+	for i := range s.lost {
+		n += s.lost[i].Load()
+	}
+	return n
+}
+
+// ok counts one try that survived.
+func (s *tally) ok() { s.tried.Add(1); s.survive.Add(1) }
+
+// okN counts n tries that survived.
+func (s *tally) okN(n int64) { s.tried.Add(n); s.survive.Add(n) }
+
+// lose counts one lost try of kind k and remembers why.
+func (s *tally) lose(k loss, format string, args ...any) {
 	s.tried.Add(1)
-	s.lost.Add(1)
+	s.lost[k].Add(1)
 	s.mu.Lock()
 	if len(s.losses) < 8 {
-		s.losses = append(s.losses, fmt.Sprintf(format, args...))
+		s.losses = append(s.losses, lossNames[k]+": "+fmt.Sprintf(format, args...))
 	}
 	s.mu.Unlock()
 }
 
-// check counts a try as survived when err is nil.
-func (s *tally) check(what string, err error) {
+// fail counts one wrong answer; hang, growth, bypass and crash the other
+// kinds of loss.
+func (s *tally) fail(format string, args ...any)   { s.lose(lossWrong, format, args...) }
+func (s *tally) hang(format string, args ...any)   { s.lose(lossHang, format, args...) }
+func (s *tally) growth(format string, args ...any) { s.lose(lossGrowth, format, args...) }
+func (s *tally) bypass(format string, args ...any) { s.lose(lossBypass, format, args...) }
+func (s *tally) crash(format string, args ...any)  { s.lose(lossCrash, format, args...) }
+
+// check counts a try as survived when err is nil, as lost (kind k)
+// otherwise.
+func (s *tally) check(what string, err error) { s.checkAs(lossWrong, what, err) }
+
+func (s *tally) checkAs(k loss, what string, err error) {
 	if err != nil {
-		s.fail("%s: %v", what, err)
+		s.lose(k, "%s: %v", what, err)
 		return
 	}
 	s.ok()
+}
+
+// answerLoss classifies a request whose answer was not the one wanted: a
+// transport error that is a timeout is a hang (status 0 from bridge.do),
+// anything else a wrong answer.
+func answerLoss(code int, body []byte) loss {
+	if code == 0 && isTimeout(string(body)) {
+		return lossHang
+	}
+	return lossWrong
+}
+
+func isTimeout(text string) bool {
+	return strings.Contains(text, "Timeout") || strings.Contains(text, "timeout") || strings.Contains(text, "deadline exceeded")
 }
 
 // bridge is a real bridge running in the test process.
@@ -132,13 +199,33 @@ func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 	return b
 }
 
+// shutdowns counts every bridge the campaign shuts down. A shutdown that
+// does not end in time is a hang: rather than hold the campaign until the
+// test binary's timeout (and lose every scenario after it), the test that
+// owns the bridge fails at once with what the shutdown waits on, and the
+// campaign goes on. TestZZSummary lists it with the scenarios.
+var shutdowns = &tally{name: "bridge shutdowns"}
+
 // shutdown stops the bridge (once; the test's cleanup calls it too).
 func (b *bridge) shutdown() {
 	b.stop.Do(func() {
 		b.http.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		assert.NoError(b.t, b.App.Shutdown(ctx))
+		done := make(chan error, 1)
+		// Owned by this function while it ends in time; a shutdown that hangs
+		// is left behind, and its test fails.
+		go func() { done <- b.App.Shutdown(ctx) }()
+		select {
+		case err := <-done:
+			shutdowns.check(b.t.Name(), err)
+			assert.NoError(b.t, err)
+		case <-time.After(wait + 5*time.Second):
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			shutdowns.hang("%s: the bridge's shutdown did not end", b.t.Name())
+			b.t.Errorf("the bridge's shutdown did not end within %v; goroutines by top frame:\n%s", wait+5*time.Second, summarizeStacks(buf[:n]))
+		}
 	})
 }
 
@@ -194,10 +281,16 @@ func (b *bridge) healthy(ref string) error {
 	return nil
 }
 
-// requireHealthy fails the test unless the bridge is healthy.
-func (b *bridge) requireHealthy(ref string) {
-	b.t.Helper()
-	require.NoError(b.t, b.healthy(ref))
+// requireHealthy counts one try in s: survived when the bridge is
+// healthy, a crash otherwise, which also ends the test (nothing after it
+// would mean anything).
+func (b *bridge) requireHealthy(t *testing.T, s *tally, ref string) {
+	t.Helper()
+	if err := b.healthy(ref); err != nil {
+		s.crash("%v", err)
+		t.FailNow()
+	}
+	s.ok()
 }
 
 // waitReady waits until the Hub holds a ready session for mac.
@@ -278,21 +371,39 @@ func (b *bridge) baseline() usage {
 	return u
 }
 
-// settled polls until goroutines and heap are back near base.
-func (b *bridge) settled(base usage, after string) {
-	b.t.Helper()
+// settled polls until goroutines and heap are back near base, and counts
+// one try in s: growth when they are not.
+func (b *bridge) settled(t *testing.T, s *tally, base usage, after string) {
+	t.Helper()
 	var u usage
-	ok := assert.Eventually(b.t, func() bool {
+	ok := pollUntil(func() bool {
 		b.http.CloseIdleConnections()
 		u = measure()
 		return u.goroutines <= base.goroutines+goroutineSlack && u.heap <= base.heap+heapSlack
-	}, wait, 50*time.Millisecond)
+	})
 	if !ok {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
-		b.t.Fatalf("after %s: %s, baseline %s\n%s", after, u, base, summarizeStacks(buf[:n]))
+		s.growth("after %s: %s, baseline %s", after, u, base)
+		t.Logf("after %s: %s, baseline %s\n%s", after, u, base, summarizeStacks(buf[:n]))
+		return
 	}
-	b.t.Logf("after %s: %s (baseline %s)", after, u, base)
+	s.ok()
+	t.Logf("after %s: %s (baseline %s)", after, u, base)
+}
+
+// pollUntil polls f until it is true or wait passes.
+func pollUntil(f func() bool) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		if f() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // summarizeStacks counts goroutines by their top frame, to say what leaked.
@@ -324,17 +435,20 @@ func summarizeStacks(dump []byte) string {
 }
 
 // parallel runs f(i) for i in [0,n) on at most workers goroutines and
-// waits for all of them, failing the test if they do not finish in time.
-func parallel(t *testing.T, n, workers int, f func(i int)) {
+// waits for all of them. Tries that have not finished after two minutes
+// are counted in s as hangs, and the test ends.
+func parallel(t *testing.T, s *tally, n, workers int, f func(i int)) {
 	t.Helper()
 	next := make(chan int)
 	var wg sync.WaitGroup
+	var finished atomic.Int64
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
 				f(i)
+				finished.Add(1)
 			}
 		}()
 	}
@@ -350,7 +464,11 @@ func parallel(t *testing.T, n, workers int, f func(i int)) {
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("%d tries did not finish within 2 minutes: something hangs", n)
+		left := int64(n) - finished.Load()
+		for range left {
+			s.hang("a try did not finish within 2 minutes")
+		}
+		t.Fatalf("%d of %d tries did not finish within 2 minutes: something hangs", left, n)
 	}
 }
 

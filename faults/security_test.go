@@ -65,12 +65,17 @@ func TestSecurity(t *testing.T) {
 		}
 		return nil
 	}
+	// A refusal answered with success is a bypass; any other unexpected
+	// status a wrong answer.
 	expect := func(what string, got, want int) {
-		if got != want {
+		switch {
+		case got == want:
+			s.checkAs(lossCrash, what, healthy())
+		case want >= 400 && got >= 200 && got < 400:
+			s.bypass("%s: status %d, want %d", what, got, want)
+		default:
 			s.fail("%s: status %d, want %d", what, got, want)
-			return
 		}
-		s.check(what, healthy())
 	}
 	url := b.App.DeviceURL()
 
@@ -177,10 +182,13 @@ func TestSecurity(t *testing.T) {
 	stolen := sessA.Clone()
 	stolen.Set("Authorization", "Bearer "+mcpTokenB)
 	code, _, body := b.mcpPost(list, stolen)
-	if code == http.StatusOK || code >= 500 {
+	switch {
+	case code == http.StatusOK:
+		s.bypass("mcp: session reused by another token: %d %s", code, body)
+	case code >= 500:
 		s.fail("mcp: session reused by another token: %d %s", code, body)
-	} else {
-		s.check("mcp: session reused by another token", healthy())
+	default:
+		s.checkAs(lossCrash, "mcp: session reused by another token", healthy())
 	}
 	stolen.Del("Authorization")
 	code, _, _ = b.mcpPost(list, stolen)
@@ -214,9 +222,12 @@ func TestSecurity(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			if kind, reason := outcome(c); kind == "closed" && strings.Contains(reason, "no hello") {
+			switch kind, reason := outcome(c); {
+			case kind == "closed" && strings.Contains(reason, "no hello"):
 				s.ok()
-			} else {
+			case kind == "hang":
+				s.hang("silent socket %d: held past the hello timeout: %s", i, reason)
+			default:
 				s.fail("silent socket %d: %s %q", i, kind, reason)
 			}
 		}()
@@ -247,7 +258,7 @@ func TestSecurity(t *testing.T) {
 	}) {
 		s.ok()
 	} else {
-		s.fail("device ws: room did not come back after the held sockets closed")
+		s.hang("device ws: room did not come back after the held sockets closed")
 	}
 
 	// MQTT on the embedded broker: credentials.
@@ -262,14 +273,14 @@ func TestSecurity(t *testing.T) {
 		cancel()
 		if err == nil {
 			_ = conn.Close()
-			s.fail("%s: admitted", tc.name)
+			s.bypass("%s: admitted", tc.name)
 			continue
 		}
 		if !errors.Is(err, simulator.ErrMQTTRefused) {
 			s.fail("%s: %v, want a refusal", tc.name, err)
 			continue
 		}
-		s.check(tc.name, healthy())
+		s.checkAs(lossCrash, tc.name, healthy())
 	}
 	// One board publishing as, and reading, another.
 	connect := func(m string) (*simulator.Board, *simulator.MQTTConn) {
@@ -297,8 +308,8 @@ func TestSecurity(t *testing.T) {
 		s.ok()
 		s.ok()
 	} else {
-		s.fail("mqtt: publishes as another board were not denied")
-		s.fail("mqtt: publishes to another board's downlink were not denied")
+		s.bypass("mqtt: publishes as another board were not denied")
+		s.bypass("mqtt: publishes to another board's downlink were not denied")
 	}
 	for _, filter := range []string{"devices/p2p/" + vkey, "devices/up/" + vkey, "devices/#", "#", "+/+/+", "device-server"} {
 		granted, err := ac.SubscribeRaw(ctx, filter)
@@ -306,16 +317,19 @@ func TestSecurity(t *testing.T) {
 		case err != nil:
 			s.fail("mqtt: subscribe %s: %v", filter, err)
 		case granted:
-			s.fail("mqtt: subscription to %s granted", filter)
+			s.bypass("mqtt: subscription to %s granted", filter)
 		default:
 			s.ok()
 		}
 	}
 	before := attacker.Stats().TextReceived
 	code, body = call(victim.MAC(), "self.screen.set_theme", `{"theme":"`+argCanary+`"}`)
-	if code != http.StatusOK || attacker.Stats().TextReceived != before {
-		s.fail("mqtt: the victim's call: %d %s; attacker received %d messages", code, body, attacker.Stats().TextReceived-before)
-	} else {
+	switch overheard := attacker.Stats().TextReceived - before; {
+	case overheard != 0:
+		s.bypass("mqtt: the attacker received %d messages of the victim's call", overheard)
+	case code != http.StatusOK:
+		s.lose(answerLoss(code, body), "mqtt: the victim's call: %d %s", code, body)
+	default:
 		s.ok()
 	}
 
@@ -346,12 +360,12 @@ func TestSecurity(t *testing.T) {
 		for _, sec := range secrets {
 			if strings.Contains(line, sec) {
 				leaks++
-				s.fail("secret in a %s log line: %s", e.Level, line)
+				s.bypass("secret in a %s log line: %s", e.Level, line)
 			}
 		}
 		if e.Level >= zapcore.InfoLevel && strings.Contains(line, argCanary) {
 			leaks++
-			s.fail("tool argument in a %s log line: %s", e.Level, line)
+			s.bypass("tool argument in a %s log line: %s", e.Level, line)
 		}
 	}
 	if leaks == 0 {
