@@ -43,9 +43,11 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/clip"
@@ -241,13 +243,48 @@ func (b *Broker) GatewayCredentials() Credentials { return b.gateway }
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		if b.srv != nil && b.started {
-			_ = b.srv.Close()
+			b.shutdown()
 			b.log.Info("embedded mqtt broker stopped")
 		}
 		b.quiet.Store(true)
 	})
 	return nil
 }
+
+// shutdown stops mochi without two of its races at Close (v2.7.9):
+//
+//   - its listeners disconnect their clients through Clients.GetByListener,
+//     which read-locks the client list twice; a client connecting or
+//     leaving in between queues a write lock and both wait for good, so
+//     the bridge would hang on SIGTERM (mochi-mqtt/server#488). Each
+//     listener is closed here with a closer that reads the list once,
+//     which leaves mochi's own Close nothing to disconnect.
+//   - a socket accepted just before Close adds itself to the wait group
+//     Close waits on, which the race detector reports and which may let
+//     Close return early. Accepting stops first, and Close waits (briefly)
+//     until mochi reads every socket it was handed.
+func (b *Broker) shutdown() {
+	b.conns.stopAccepting()
+	deadline := time.Now().Add(shutdownSettle)
+	for !b.conns.allRead() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // mochi's serving goroutines start at once
+	}
+	disconnect := func(listener string) {
+		for _, cl := range b.srv.Clients.GetAll() {
+			if cl.Net.Listener == listener && !cl.Closed() {
+				_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	}
+	b.public.Close(disconnect)
+	b.internal.Close(disconnect)
+	_ = b.conns.Close() // anything left, such as a socket mochi never read
+	_ = b.srv.Close()
+}
+
+// shutdownSettle bounds the wait for mochi to start reading the sockets
+// it was handed before Close.
+const shutdownSettle = 2 * time.Second
 
 // Boards lists the connected boards, sorted by device id.
 func (b *Broker) Boards() []mqtt.Board {

@@ -90,6 +90,18 @@ func (l *connListener) Close() error {
 	return err
 }
 
+// stopAccepting closes the listening socket only: connections already
+// accepted stay open, for the broker to disconnect.
+func (l *connListener) stopAccepting() { _ = l.Listener.Close() }
+
+// allRead reports whether mochi has started reading every accepted
+// connection still open, so has counted each in the wait group its Close
+// waits on.
+func (l *connListener) allRead() bool {
+	open, reading := l.open()
+	return open == reading
+}
+
 // open reports how many accepted connections are still open, and how many
 // of them mochi has started reading (so it has counted them in the wait
 // group its Close waits on).
