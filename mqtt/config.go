@@ -161,8 +161,10 @@ type Config struct {
 	// online are re-initialized (with back-off) for this long (external
 	// broker).
 	RecoverWindow time.Duration `yaml:"recover_window"`
-	// RediscoverInterval limits re-initialization of a board that spoke
-	// after a failed initialization.
+	// RediscoverInterval paces re-initialization of a board whose
+	// initialization failed: at most this often when it speaks, and, with
+	// the embedded broker, while it stays connected without a word (after
+	// this interval, doubling with each failure, up to 5 minutes).
 	RediscoverInterval time.Duration `yaml:"rediscover_interval"`
 
 	// AllowAnyDeviceID accepts uplink topic keys that are not a MAC as the

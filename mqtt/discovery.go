@@ -15,28 +15,42 @@ type discovery struct {
 	payload       []byte
 }
 
+// attempt is what the gateway tried with one connection of a board the
+// presence source lists: when, and how many times in a row it failed to
+// initialize.
+type attempt struct {
+	gen   uint64
+	at    time.Time
+	tries int
+}
+
+// maxRetryBackoff caps the wait between two tries to initialize a board
+// that stays connected but failed to (a reply past devices.request_timeout
+// on a loaded bridge, a board busy for a while).
+const maxRetryBackoff = 5 * time.Minute
+
+// due reports whether a board that failed to initialize may be tried
+// again: after mqtt.rediscover_interval, doubling with each failure.
+func (a attempt) due(now time.Time, interval time.Duration) bool {
+	return now.Sub(a.at) >= min(interval<<min(a.tries-1, 16), maxRetryBackoff)
+}
+
 // reconcile makes the links match the presence source: a link for every
-// connected board (one attempt per connection, unless forced), none for a
-// board that left.
+// connected board, none for a board that left. A board whose
+// initialization failed is tried again, with back-off, while it stays
+// connected (firmware sends nothing unasked, so it would otherwise wait
+// for its next reconnect); force tries every board at once.
 func (g *Gateway) reconcile(force bool) {
 	boards := g.presence.Boards()
 	present := make(map[string]bool, len(boards))
+	now := time.Now()
 	for _, b := range boards {
 		present[b.DeviceID] = true
-		l := g.lookup(b.DeviceID)
-		if l != nil && l.board.Gen == b.Gen {
-			continue
-		}
-		if !force && l == nil && g.attemptedGen[b.DeviceID] == b.Gen {
-			continue // tried this connection already; it failed to initialize
-		}
-		g.attemptedGen[b.DeviceID] = b.Gen
-		g.stats.reconciled.Add(1)
-		g.attach(b, "connected to the broker")
+		g.tryAttach(b, now, force)
 	}
-	for id := range g.attemptedGen {
+	for id := range g.attempted {
 		if !present[id] {
-			delete(g.attemptedGen, id)
+			delete(g.attempted, id)
 		}
 	}
 	g.mu.Lock()
@@ -49,6 +63,45 @@ func (g *Gateway) reconcile(force bool) {
 	g.mu.Unlock()
 	for _, l := range gone {
 		l.Close(g.departure(l.board))
+	}
+}
+
+// tryAttach attaches a board the presence source lists, unless it has a
+// live link or failed to initialize too recently.
+func (g *Gateway) tryAttach(b Board, now time.Time, force bool) {
+	l := g.lookup(b.DeviceID)
+	if l != nil && l.board.Gen == b.Gen {
+		return
+	}
+	a, tried := g.attempted[b.DeviceID]
+	tries := 1
+	if tried && a.gen == b.Gen && l == nil {
+		if !force && !a.due(now, g.cfg.RediscoverInterval) {
+			return
+		}
+		tries = a.tries + 1
+	}
+	g.attempted[b.DeviceID] = attempt{gen: b.Gen, at: now, tries: tries}
+	g.stats.reconciled.Add(1)
+	why := "connected to the broker"
+	if tries > 1 {
+		why = "connected, initialization failed before; trying again"
+	}
+	g.attach(b, why)
+}
+
+// retryFailed tries again the boards still connected whose initialization
+// failed, once their back-off is over (called on the supervisor's tick).
+func (g *Gateway) retryFailed(now time.Time) {
+	for id, a := range g.attempted {
+		if g.lookup(id) != nil || !a.due(now, g.cfg.RediscoverInterval) {
+			continue
+		}
+		if b, ok := g.presence.Board(id); ok && b.Gen == a.gen {
+			g.tryAttach(b, now, false)
+		} else if !ok {
+			delete(g.attempted, id)
+		}
 	}
 }
 
@@ -84,7 +137,7 @@ func (g *Gateway) handleDiscovery(d discovery) {
 	g.pruneDiscoveries(now)
 	g.stats.discovered.Add(1)
 	if g.presence != nil {
-		g.attemptedGen[b.DeviceID] = b.Gen
+		g.attempted[b.DeviceID] = attempt{gen: b.Gen, at: now, tries: 1}
 	}
 	if l := g.attach(b, "first heard from"); l != nil {
 		l.deliver(d.payload)

@@ -136,7 +136,7 @@ type Gateway struct {
 	handledLosses int64
 	subscribedAt  int64 // value of connects when the last subscribe succeeded
 	subscribed    bool
-	attemptedGen  map[string]uint64
+	attempted     map[string]attempt // boards attached from the presence source, by device id
 	lastDiscovery map[string]time.Time
 	recovering    map[string]*recovery
 	recoverUntil  time.Time
@@ -174,7 +174,7 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		discover:      make(chan discovery, DefaultDiscoveryQueue),
 		wake:          make(chan struct{}, 1),
 		ready:         make(chan struct{}),
-		attemptedGen:  map[string]uint64{},
+		attempted:     map[string]attempt{},
 		lastDiscovery: map[string]time.Time{},
 		recovering:    map[string]*recovery{},
 		adopt:         map[string]struct{}{},

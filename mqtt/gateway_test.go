@@ -613,3 +613,25 @@ func TestExternalBrokerDown(t *testing.T) {
 	require.Error(t, br.gw.WaitReady(ctx))
 	assert.False(t, br.gw.Connected())
 }
+
+// TestEmbeddedBoardRetriedAfterFailedInitialization: a board that stays
+// connected but did not answer its first initialize (busy, or a loaded
+// bridge) is tried again with back-off, without reconnecting or speaking:
+// firmware sends nothing unasked, so it would otherwise wait for its next
+// reconnect.
+func TestEmbeddedBoardRetriedAfterFailedInitialization(t *testing.T) {
+	br := startEmbedded(t, options{requestTimeout: 300 * time.Millisecond,
+		gateway: func(c *mqtt.Config) { c.RediscoverInterval = 100 * time.Millisecond }})
+	b := newBoard(t, simulator.Config{MAC: "02:00:00:00:0e:51"})
+	b.SilenceMCP(true)
+	br.connect(b, simulator.MQTTConfig{})
+	// The first initialize went unanswered and the session was closed.
+	require.Eventually(t, func() bool {
+		return b.Stats().Ignored >= 1 && !br.listed("02:00:00:00:0e:51")
+	}, wait, tick)
+	connects := b.Stats().Connects
+	b.SilenceMCP(false)
+	br.waitReady("02:00:00:00:0e:51")
+	assert.Equal(t, connects, b.Stats().Connects, "served on the same connection")
+	br.mustCall("02:00:00:00:0e:51", "self.get_device_status", nil)
+}

@@ -92,5 +92,7 @@ func (g *Gateway) housekeeping() {
 	}
 	if g.presence == nil {
 		g.runRecovery()
+		return
 	}
+	g.retryFailed(time.Now())
 }

@@ -177,6 +177,8 @@ type Board struct {
 	helloEvent chan struct{}
 
 	stats boardStats
+	// mcpSilent drops every MCP request without a reply (SilenceMCP).
+	mcpSilent atomic.Bool
 
 	connectMu sync.Mutex // serialises connection attempts
 	linkMu    sync.Mutex // guards cur
@@ -454,6 +456,10 @@ func (s *session) handleText(data []byte) {
 	case "mcp":
 		if s.b.cfg.OmitMCPFeature {
 			s.ignore("mcp message on a board without mcp")
+			return
+		}
+		if s.b.mcpSilent.Load() {
+			s.ignore("mcp message while silenced")
 			return
 		}
 		payload := root.get("payload")

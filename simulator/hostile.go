@@ -178,3 +178,9 @@ func (c *MQTTConn) Flood(ctx context.Context, n int, payload []byte) (int, error
 	}
 	return n, nil
 }
+
+// SilenceMCP makes the board drop every MCP request without a word while
+// on, as a board too busy to answer does, and answer again once off. The
+// connection stays up. No firmware does this on purpose; it exists to test
+// how a server retries a board that failed to initialize.
+func (b *Board) SilenceMCP(on bool) { b.mcpSilent.Store(on) }
