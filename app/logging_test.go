@@ -88,10 +88,16 @@ func TestConnectionLinesAreSampled(t *testing.T) {
 		}
 		return n == boards
 	}, mqttWait, 10*time.Millisecond)
-	assert.Equal(t, initial, logs.FilterMessage("device connected").Len())
-	assert.Equal(t, initial, logs.FilterMessage("device ready").Len())
+	// zap's sampler starts its count with a reset that goroutines logging
+	// at the same instant can each make (its counters are not one atomic
+	// step), so a line or two past initial may pass at the very start.
+	connected, ready := logs.FilterMessage("device connected").Len(), logs.FilterMessage("device ready").Len()
+	assert.GreaterOrEqual(t, connected, initial)
+	assert.LessOrEqual(t, connected, initial+2, "past the first lines of a tick, connection lines are sampled")
+	assert.GreaterOrEqual(t, ready, initial)
+	assert.LessOrEqual(t, ready, initial+2)
 	dropped := scrape(t, "http://"+a.ControlAddr().String()+"/metrics", `devicebridge_log_lines_dropped_total{level="info"}`)
-	assert.GreaterOrEqual(t, dropped, float64(2*(boards-initial)), "the connected and ready lines left out are counted")
+	assert.GreaterOrEqual(t, dropped, float64(2*boards-connected-ready), "the connected and ready lines left out are counted")
 	assert.Zero(t, scrape(t, "http://"+a.ControlAddr().String()+"/metrics", `devicebridge_log_lines_dropped_total{level="error"}`))
 }
 

@@ -443,8 +443,13 @@ func TestPartitionDuplicateMAC(t *testing.T) {
 			for _, id := range []string{"b", "x"} {
 				dir.waitBeats(t, id, 2)
 			}
+			// No fight: after a few heartbeats the record was written once
+			// since NATS returned, and at most one repair more (a delete and
+			// a put), should a loaded machine make a node miss its
+			// heartbeats, as TestPartitionRepairs allows. A fight would keep
+			// rewriting it at every heartbeat.
 			n := dir.writesTo("ee:00:00:00:00:09") - writes
-			require.LessOrEqual(t, n, 1, "the record was rewritten %d times after NATS returned", n)
+			require.LessOrEqual(t, n, 3, "the record was rewritten %d times after NATS returned", n)
 			requireConsistent(t, f, dir, map[string]string{"ee:00:00:00:00:09": "b", "aa:00:00:00:00:01": "a"})
 		})
 	}

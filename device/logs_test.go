@@ -68,8 +68,9 @@ func TestFailedInitializationsAreThrottledAndCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, ready.WaitReady(ctx))
+	// The session is ready before it writes its line: wait for the line.
+	require.Eventually(t, func() bool { return logs.FilterMessage("device ready").Len() == 1 }, 5*time.Second, time.Millisecond)
 	line := logs.FilterMessage("device ready").All()
-	require.Len(t, line, 1)
 	assert.Equal(t, clip.String(long), line[0].ContextMap()["board"])
 	assert.Equal(t, clip.String(long), line[0].ContextMap()["firmware"])
 }
