@@ -28,7 +28,7 @@ import (
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/policy"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/tracing"
 )
 
@@ -280,6 +280,6 @@ func (a *App) apiAccess() api.Access {
 
 // mcpAccess is /mcp's policy, audit and tracing; authenticated says its
 // guard checks credentials.
-func (a *App) mcpAccess(authenticated bool) tools.Access {
-	return tools.Access{Authenticated: authenticated, Policy: a.access.gate, Audit: a.access.audit, Tracer: a.access.trace.Tracer()}
+func (a *App) mcpAccess(authenticated bool) mcpserver.Access {
+	return mcpserver.Access{Authenticated: authenticated, Policy: a.access.gate, Audit: a.access.audit, Tracer: a.access.trace.Tracer()}
 }

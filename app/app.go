@@ -15,9 +15,9 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/internal/connlimit"
-	"github.com/devicebridge/devicebridge/observe"
+	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ota"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -33,9 +33,9 @@ type App struct {
 	Hub *device.Hub
 	WS  *ws.Server
 	// mcp is the upstream MCP server; nil when MCP is off.
-	mcp *tools.Server
+	mcp *mcpserver.Server
 	// aliases are mcp.aliases, checked: the operator's names for boards.
-	aliases tools.Aliases
+	aliases mcpserver.Aliases
 	// ota is the OTA endpoint and admission; nil when OTA is off.
 	ota *ota.Server
 	// apiSrv is the control API, kept to serve interactions other nodes
@@ -44,7 +44,7 @@ type App struct {
 	// deviceTLS and controlTLS say whether the listeners serve TLS.
 	deviceTLS, controlTLS bool
 	// Metrics owns the Prometheus registry served on /metrics.
-	Metrics *observe.Metrics
+	Metrics *metrics.Metrics
 	obs     observability
 
 	deviceLn, controlLn   net.Listener
@@ -87,7 +87,7 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	// Every component's logger descends from this one: the sampler is
 	// the whole log's backstop, and the metrics count what it drops.
 	logger = sampled(logger, cfg.Log.Sampling, metrics.LogSampled)
-	a := &App{cfg: cfg, log: logger, aliases: tools.MustAliases(cfg.MCP.Aliases), Metrics: metrics}
+	a := &App{cfg: cfg, log: logger, aliases: mcpserver.MustAliases(cfg.MCP.Aliases), Metrics: metrics}
 	hubCfg := cfg.hubConfig(Version)
 	hubCfg.Observer = a.Metrics
 	a.Hub = device.NewHub(hubCfg, logger.Named("device"))
@@ -107,7 +107,7 @@ func (a *App) Config() Config { return a.cfg }
 
 // MCP returns the upstream MCP server, or nil when MCP is off or the App
 // has not started.
-func (a *App) MCP() *tools.Server { return a.mcp }
+func (a *App) MCP() *mcpserver.Server { return a.mcp }
 
 // Logger returns the App's root logger.
 func (a *App) Logger() *zap.Logger { return a.log }

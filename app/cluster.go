@@ -15,7 +15,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/observe"
+	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ota"
 )
 
@@ -234,7 +234,7 @@ func (a *App) startCluster(ctx context.Context) error {
 }
 
 // The metrics registry records what the fleet node does.
-var _ cluster.Observer = (*observe.Metrics)(nil)
+var _ cluster.Observer = (*metrics.Metrics)(nil)
 
 // leastLoaded is the OTA placement of ota.balance least_loaded: the live
 // node with the fewest boards that offers the transport; on a tie this

@@ -18,7 +18,7 @@ import (
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -208,7 +208,7 @@ func (c Config) Validate() error {
 	if !c.MCP.Enabled {
 		// The console, the control API and the policy use the aliases
 		// even without /mcp (whose validate checks them otherwise).
-		if _, err := tools.ParseAliases(c.MCP.Aliases); err != nil {
+		if _, err := mcpserver.ParseAliases(c.MCP.Aliases); err != nil {
 			errs = append(errs, err)
 		}
 	}

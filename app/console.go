@@ -8,7 +8,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/console"
 	"github.com/devicebridge/devicebridge/device"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 )
 
 func (a *App) addConsole(o *api.Options) {
@@ -18,7 +18,7 @@ func (a *App) addConsole(o *api.Options) {
 	if f := a.cfg.Flow; f.Enabled {
 		confirm := f.confirm()
 		o.Interactions = &api.InteractionOptions{
-			NeedsConfirm: func(t device.Tool) bool { return tools.NeedsConfirm(confirm, t) },
+			NeedsConfirm: func(t device.Tool) bool { return mcpserver.NeedsConfirm(confirm, t) },
 			Timeout:      f.Timeout, MaxPerOwner: f.MaxPerCaller, MaxPrompts: f.MaxPrompts, MaxDuration: f.MaxDuration,
 			// In a fleet, an interaction's id names the node that holds
 			// it, and the other nodes forward to it over NATS.

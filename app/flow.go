@@ -2,7 +2,7 @@ package app
 
 // This file is the flow: section of the config (interactions: MCP Flow
 // methods and the guided tools/call path of the upstream MCP server) and
-// its flags. The server itself is in package tools (flow.go, flowcall.go).
+// its flags. The server itself is in package mcpserver (flow.go, flowcall.go).
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/flow"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 )
 
 // FlowConfig configures interactions on /mcp.
@@ -52,7 +52,7 @@ func defaultFlowConfig() FlowConfig {
 		MaxPerCaller: flow.DefaultMaxPerOwner,
 		MaxPrompts:   flow.DefaultMaxPrompts,
 		MaxDuration:  flow.DefaultMaxDuration,
-		Confirm:      append([]string(nil), tools.DefaultConfirmTools...),
+		Confirm:      append([]string(nil), mcpserver.DefaultConfirmTools...),
 	}
 }
 
@@ -75,7 +75,7 @@ func (c FlowConfig) validate() error {
 	o, err := c.options()
 	if err != nil {
 		errs = append(errs, err)
-	} else if err := (tools.Options{Flow: o}).Validate(); err != nil {
+	} else if err := (mcpserver.Options{Flow: o}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -89,9 +89,9 @@ func (c FlowConfig) confirm() []string {
 	return c.Confirm
 }
 
-// options maps the section onto tools.FlowOptions (reading secret_file).
-func (c FlowConfig) options() (tools.FlowOptions, error) {
-	o := tools.FlowOptions{Disabled: !c.Enabled, Timeout: c.Timeout, MaxPerOwner: c.MaxPerCaller,
+// options maps the section onto mcpserver.FlowOptions (reading secret_file).
+func (c FlowConfig) options() (mcpserver.FlowOptions, error) {
+	o := mcpserver.FlowOptions{Disabled: !c.Enabled, Timeout: c.Timeout, MaxPerOwner: c.MaxPerCaller,
 		MaxPrompts: c.MaxPrompts, MaxDuration: c.MaxDuration, Confirm: c.confirm()}
 	secret := c.Secret
 	if c.SecretFile != "" {

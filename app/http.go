@@ -27,7 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/connlimit"
-	"github.com/devicebridge/devicebridge/observe"
+	"github.com/devicebridge/devicebridge/metrics"
 )
 
 // HTTPConfig bounds the HTTP listeners.
@@ -126,13 +126,13 @@ func (a *App) listen(name, addr string, max int, setting string, tlsCfg *tls.Con
 }
 
 // listenerStats reads the connection counters of every listener (metrics).
-func (a *App) listenerStats() []observe.ListenerStats {
+func (a *App) listenerStats() []metrics.ListenerStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]observe.ListenerStats, 0, len(a.listeners))
+	out := make([]metrics.ListenerStats, 0, len(a.listeners))
 	for _, l := range a.listeners {
 		st := l.Stats()
-		out = append(out, observe.ListenerStats{Name: st.Name, Max: st.Max, Active: st.Active, Refused: st.Refused})
+		out = append(out, metrics.ListenerStats{Name: st.Name, Max: st.Max, Active: st.Active, Refused: st.Refused})
 	}
 	return out
 }

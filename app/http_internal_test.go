@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 )
 
 // TestLimitsConfig: the HTTP listener bounds and the MCP session bounds
@@ -19,8 +19,8 @@ func TestLimitsConfig(t *testing.T) {
 	def := Default()
 	assert.Equal(t, HTTPConfig{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: time.Minute, DeviceMaxConnections: 20480, ControlMaxConnections: 1024, MaxHeaderBytes: 64 << 10}, def.HTTP)
-	assert.Equal(t, tools.DefaultMaxSessions, def.MCP.MaxSessions)
-	assert.Equal(t, tools.DefaultMaxSessionsPerClient, def.MCP.MaxSessionsPerClient)
+	assert.Equal(t, mcpserver.DefaultMaxSessions, def.MCP.MaxSessions)
+	assert.Equal(t, mcpserver.DefaultMaxSessionsPerClient, def.MCP.MaxSessionsPerClient)
 	assert.Equal(t, 10*time.Minute, def.MCP.SessionTimeout)
 
 	shipped, err := ParseArgs("bridge", []string{"--config", "../configs/bridge.yaml"})

@@ -1,6 +1,6 @@
 package app
 
-// This file wires the upstream MCP server (package tools) into the app:
+// This file wires the upstream MCP server (package mcpserver) into the app:
 // its configuration section (mcp:), its flags, and serving /mcp on the
 // control listener.
 
@@ -14,12 +14,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/frontdoor"
-	"github.com/devicebridge/devicebridge/observe"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/metrics"
+	"github.com/devicebridge/devicebridge/mcpserver"
 )
 
 // MCPConfig configures the upstream MCP server on /mcp (control listener):
-// whether it runs, and the server's own options (tools.Options, whose yaml
+// whether it runs, and the server's own options (mcpserver.Options, whose yaml
 // keys sit directly under mcp:). With no tokens of its own /mcp takes the
 // control API's.
 type MCPConfig struct {
@@ -28,20 +28,20 @@ type MCPConfig struct {
 	// AllowedOrigins is the old name of control.allowed_origins, from when
 	// only /mcp checked Origin; set (even empty), it replaces that list.
 	AllowedOrigins []string `yaml:"allowed_origins"`
-	tools.Options  `yaml:",inline"`
+	mcpserver.Options  `yaml:",inline"`
 }
 
 func defaultMCPConfig() MCPConfig {
-	return MCPConfig{Enabled: true, Options: tools.Options{
-		PageSize:             tools.DefaultPageSize,
-		MaxBodyBytes:         tools.DefaultMaxBodyBytes,
-		RateLimit:            tools.DefaultRateLimit,
-		RateBurst:            tools.DefaultRateBurst,
-		SessionTimeout:       tools.DefaultSessionTimeout,
-		ProgressInterval:     tools.DefaultProgressInterval,
-		EventStoreBytes:      tools.DefaultEventStoreBytes,
-		MaxSessions:          tools.DefaultMaxSessions,
-		MaxSessionsPerClient: tools.DefaultMaxSessionsPerClient,
+	return MCPConfig{Enabled: true, Options: mcpserver.Options{
+		PageSize:             mcpserver.DefaultPageSize,
+		MaxBodyBytes:         mcpserver.DefaultMaxBodyBytes,
+		RateLimit:            mcpserver.DefaultRateLimit,
+		RateBurst:            mcpserver.DefaultRateBurst,
+		SessionTimeout:       mcpserver.DefaultSessionTimeout,
+		ProgressInterval:     mcpserver.DefaultProgressInterval,
+		EventStoreBytes:      mcpserver.DefaultEventStoreBytes,
+		MaxSessions:          mcpserver.DefaultMaxSessions,
+		MaxSessionsPerClient: mcpserver.DefaultMaxSessionsPerClient,
 	}}
 }
 
@@ -56,9 +56,9 @@ func (c MCPConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// options maps the configuration onto tools.Options. Without MCP tokens
+// options maps the configuration onto mcpserver.Options. Without MCP tokens
 // of its own, /mcp takes the control API's.
-func (c MCPConfig) options(version string, controlTokens []string, log *zap.Logger) tools.Options {
+func (c MCPConfig) options(version string, controlTokens []string, log *zap.Logger) mcpserver.Options {
 	o := c.Options
 	o.Version, o.Logger = version, log
 	if len(o.Tokens) == 0 {
@@ -131,15 +131,15 @@ func (a *App) startMCP(ctx context.Context, mux *frontdoor.Mux) error {
 		a.spent = &fleetSpent{}
 		opts.Flow.Spent = a.spent
 	}
-	srv, err := tools.New(a.Hub, opts)
+	srv, err := mcpserver.New(a.Hub, opts)
 	if err != nil {
 		return err
 	}
 	a.mcp = srv
 	a.Metrics.WatchMCPSessions(srv.SessionCount)
-	a.Metrics.WatchMCPSessionLimits(func() observe.MCPSessionStats {
+	a.Metrics.WatchMCPSessionLimits(func() metrics.MCPSessionStats {
 		st := srv.SessionStats()
-		return observe.MCPSessionStats{RefusedTotal: st.RefusedTotal, RefusedPerClient: st.RefusedClient, IdleClosed: st.IdleClosed}
+		return metrics.MCPSessionStats{RefusedTotal: st.RefusedTotal, RefusedPerClient: st.RefusedClient, IdleClosed: st.IdleClosed}
 	})
 	if a.cfg.Flow.Enabled {
 		a.Metrics.WatchInteractions(srv.InteractionCounts)

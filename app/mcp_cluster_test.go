@@ -20,7 +20,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/flow"
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/mcpserver"
 )
 
 const (
@@ -79,7 +79,7 @@ func modernClient(t *testing.T, endpoint string, opts *mcp.ClientOptions) *mcp.C
 }
 
 func upstream(mac, tool string) string {
-	return tools.DefaultAlias(mac) + "_" + strings.ReplaceAll(strings.TrimPrefix(tool, "self."), ".", "_")
+	return mcpserver.DefaultAlias(mac) + "_" + strings.ReplaceAll(strings.TrimPrefix(tool, "self."), ".", "_")
 }
 
 // flowNodes starts two nodes with boards on each, both listing the whole

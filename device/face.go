@@ -3,11 +3,11 @@ package device
 import (
 	"time"
 
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 // The device layer is the one face of the layers below it: callers above
-// (tools/, api/, the transports, app/) use these names and never import
+// (mcpserver/, api/, the transports, app/) use these names and never import
 // mcpclient. They are aliases, as go-sdk's jsonrpc package aliases its
 // internal types, so no value is copied at the boundary.
 type (

@@ -16,7 +16,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 // Defaults for HubConfig.

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/devicebridge/devicebridge/internal/testlink"
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 // node sees it. cluster/ implements it over NATS; the device layer only
 // knows this interface, so it imports no clustering library. With a Remote
 // set (SetRemote), the Hub lists remote boards beside its own and routes
-// calls to them, so tools/ and api/ see one fleet without knowing where a
+// calls to them, so mcpserver/ and api/ see one fleet without knowing where a
 // board is connected.
 type Remote interface {
 	// Devices lists the boards other nodes hold; Info.Node names the node.

@@ -14,7 +14,7 @@ import (
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
 	"github.com/devicebridge/devicebridge/internal/clip"
-	"github.com/devicebridge/devicebridge/mcpclient"
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 // Errors a caller branches on.

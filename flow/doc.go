@@ -33,7 +33,7 @@
 //
 // # Two ways in
 //
-// MCP Flow methods (wired in tools/) map one to one onto the Engine:
+// MCP Flow methods (wired in mcpserver/) map one to one onto the Engine:
 // interaction.start → Start, interaction.respond → Respond (its result
 // also carries what the spec sends as interaction.prompt / continue /
 // complete, since a server cannot always push), interaction.getState →

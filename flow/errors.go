@@ -3,7 +3,7 @@ package flow
 import "fmt"
 
 // Error codes of the MCP Flow protocol (spec §Error Handling). They travel
-// as the JSON-RPC error code when tools/ maps an *Error onto the wire.
+// as the JSON-RPC error code when mcpserver/ maps an *Error onto the wire.
 //
 // Which limit gives which code (each message says which limit was hit):
 //   - the inactivity timeout and Options.MaxDuration expire an interaction:

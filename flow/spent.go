@@ -9,7 +9,7 @@ import (
 )
 
 // SpentStore is replay protection for state that travels with the caller:
-// stateless interaction tokens (Options.Secret) and, in tools/, MRTR
+// stateless interaction tokens (Options.Secret) and, in mcpserver/, MRTR
 // requestStates. Each such token may be consumed once; the store remembers
 // which were, for as long as the token could still be presented.
 //

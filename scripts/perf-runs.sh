@@ -25,7 +25,7 @@ for t in ws mqtt; do
     RECOVERY=$rec BIN=$bin timeout 600 scripts/scale.sh "$t" "$n" | tee -a "$out/scale.csv"
   done
 done
-go test -run '^$' -bench BenchmarkHop -benchtime 2000x -count 3 ./tools/ | tee "$out/hop.txt"
-go test -run '^$' -bench BenchmarkFanout -benchtime 5x ./tools/ | tee "$out/fanout.txt"
+go test -run '^$' -bench BenchmarkHop -benchtime 2000x -count 3 ./mcpserver/ | tee "$out/hop.txt"
+go test -run '^$' -bench BenchmarkFanout -benchtime 5x ./mcpserver/ | tee "$out/fanout.txt"
 { echo "# machine"; nproc; grep -m1 'model name' /proc/cpuinfo; free -g | sed -n 2p; go version; uptime; } > "$out/machine.txt"
 go run ./internal/perfplot -dir "$out"

@@ -26,7 +26,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/devicebridge/devicebridge/tools"
+	"github.com/devicebridge/devicebridge/stdioproxy"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -70,14 +70,14 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		zapcore.Lock(zapcore.AddSync(stderr)), lvl))
 	defer func() { _ = logger.Sync() }()
 
-	p, err := tools.NewStdioProxy(tools.StdioProxyOptions{
+	p, err := stdioproxy.New(stdioproxy.Options{
 		URL: *url, Token: *token, ProtocolVersion: *protoVersion, StartupWait: *startupWait,
 		Version: version, Logger: logger.Named("stdio"),
 	})
 	if err == nil {
 		err = p.Run(ctx, &mcp.IOTransport{Reader: stdin, Writer: stdout})
 	}
-	var rej *tools.TokenRejectedError
+	var rej *stdioproxy.TokenRejectedError
 	switch {
 	case errors.As(err, &rej):
 		// A plain sentence, not a JSON log line: this is what a user

@@ -1,0 +1,286 @@
+// Package bridgetest starts a real bridge on loopback for tests: the
+// device listener, the control listener with /mcp and /api, observed
+// logs, and simulated boards connected over WebSocket. Every package whose
+// tests need a whole bridge uses it instead of a copy of its own.
+//
+// It is an ordinary package (not a _test file) so that several packages'
+// tests can share it; only tests import it.
+package bridgetest
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+// Protocol versions the tests speak upstream: the newest of each era.
+const (
+	Legacy = "2025-11-25"
+	Modern = "2026-07-28"
+)
+
+// Eras lists both protocol eras, for tests that run once per era.
+var Eras = []string{Legacy, Modern}
+
+// Bridge is a running bridge. It shuts down when the test ends.
+type Bridge struct {
+	T    testing.TB
+	App  *app.App
+	URL  string // the /mcp endpoint
+	Logs *observer.ObservedLogs
+	HTTP *http.Client // closes its idle connections at the end
+}
+
+// Start starts a bridge on loopback ports chosen by the system, with
+// debug logs observed (and printed too when BRIDGE_TEST_LOG is set;
+// benchmarks log nothing). mutate changes the config first.
+func Start(t testing.TB, mutate func(*app.Config)) *Bridge {
+	t.Helper()
+	cfg := app.Default()
+	cfg.DeviceListen = "127.0.0.1:0"
+	cfg.ControlListen = "127.0.0.1:0"
+	cfg.Log.Level = "debug"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	var logger *zap.Logger
+	switch {
+	case os.Getenv("BRIDGE_TEST_LOG") != "":
+		logger = zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	case IsBenchmark(t):
+		logger = zap.NewNop() // keep logging out of the measurement
+	default:
+		logger = zap.New(core)
+	}
+	a, err := app.New(cfg, logger)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, a.Start(ctx))
+	b := &Bridge{T: t, App: a, URL: "http://" + a.ControlAddr().String() + "/mcp", Logs: logs,
+		HTTP: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(func() {
+		// Ending the context first closes MCP sessions and streams, as
+		// app.Run does on a signal.
+		cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		require.NoError(t, a.Shutdown(sctx))
+		b.HTTP.CloseIdleConnections()
+	})
+	return b
+}
+
+// Board connects a simulated board with the named profile and waits until
+// the bridge has it ready and publishes it upstream.
+func (b *Bridge) Board(mac, profile string, cfg simulator.Config) *simulator.Board {
+	t := b.T
+	t.Helper()
+	p, err := simulator.LoadProfile(profile)
+	require.NoError(t, err)
+	cfg.MAC, cfg.Profile = mac, p
+	board, err := simulator.NewBoard(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, board.ConnectWebSocket(ctx, b.App.DeviceURL()))
+	t.Cleanup(func() { _ = board.Close() })
+	b.WaitState(mac, device.StateReady)
+	b.WaitPublished(mac)
+	return board
+}
+
+// WaitPublished waits until the upstream MCP server shows the board as
+// ready. It follows the Hub on its own goroutine, so a board the Hub calls
+// ready may still be missing from tools/list for a moment.
+func (b *Bridge) WaitPublished(mac string) {
+	b.T.Helper()
+	require.Eventually(b.T, func() bool { return b.App.MCP().Published(mac) }, 10*time.Second, 5*time.Millisecond,
+		"device %s never published upstream", mac)
+}
+
+// WaitState waits until the Hub shows the board in state (StateClosed
+// means "gone").
+func (b *Bridge) WaitState(mac string, state device.State) {
+	b.T.Helper()
+	require.Eventually(b.T, func() bool {
+		for _, d := range b.App.Hub.Devices() {
+			if d.DeviceID == mac {
+				return d.State == state
+			}
+		}
+		return state == device.StateClosed
+	}, 10*time.Second, 5*time.Millisecond, "device %s never reached state %s", mac, state)
+}
+
+// Client connects an MCP client of the given era (Legacy or Modern) over
+// the bridge's HTTP client.
+func (b *Bridge) Client(era string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	return b.ClientWith(era, opts, b.HTTP)
+}
+
+// ClientWith is Client over another HTTP client (a token, a proxy).
+func (b *Bridge) ClientWith(era string, opts *mcp.ClientOptions, hc *http.Client) *mcp.ClientSession {
+	t := b.T
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.URL, HTTPClient: hc, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: era})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	if era == Legacy {
+		require.NotEmpty(t, cs.ID(), "a legacy client has a session")
+	} else {
+		require.Empty(t, cs.ID(), "a modern client is stateless")
+	}
+	return cs
+}
+
+// ToolName is the name /mcp gives a board's tool by default: the board's
+// default alias, then the tool without "self." and with dots as
+// underscores.
+func ToolName(mac, tool string) string {
+	return mcpserver.DefaultAlias(mac) + "_" + strings.ReplaceAll(strings.TrimPrefix(tool, "self."), ".", "_")
+}
+
+// ToolNames lists the name of every tool (all pages).
+func ToolNames(t testing.TB, cs *mcp.ClientSession) []string {
+	t.Helper()
+	var names []string
+	for _, tool := range ListTools(t, cs) {
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
+// ListTools lists every tool (all pages).
+func ListTools(t testing.TB, cs *mcp.ClientSession) []*mcp.Tool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*mcp.Tool
+	for tool, err := range cs.Tools(ctx, nil) {
+		require.NoError(t, err)
+		out = append(out, tool)
+	}
+	return out
+}
+
+// CallTool calls a tool and fails the test on a protocol error (a tool
+// result with IsError is returned, not failed).
+func CallTool(t testing.TB, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	return res
+}
+
+// Text joins a result's text contents, one per line.
+func Text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Signals counts notifications (from a client handler's goroutine) for a
+// test that waits for the next one.
+type Signals struct {
+	mu sync.Mutex
+	n  int
+}
+
+// Add counts one.
+func (s *Signals) Add() {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+}
+
+// Count is how many there were.
+func (s *Signals) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// Progress collects the progress notifications a client receives; pass
+// its Handle as mcp.ClientOptions.ProgressNotificationHandler.
+type Progress struct {
+	mu     sync.Mutex
+	events []*mcp.ProgressNotificationParams
+	first  chan struct{}
+	once   sync.Once
+}
+
+// NewProgress returns an empty recorder.
+func NewProgress() *Progress { return &Progress{first: make(chan struct{})} }
+
+// Handle records one notification.
+func (p *Progress) Handle(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	p.events = append(p.events, req.Params)
+	p.mu.Unlock()
+	p.once.Do(func() { close(p.first) })
+}
+
+// First is closed when the first notification arrives.
+func (p *Progress) First() <-chan struct{} { return p.first }
+
+// All is every notification so far, in order.
+func (p *Progress) All() []*mcp.ProgressNotificationParams {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*mcp.ProgressNotificationParams(nil), p.events...)
+}
+
+// SyncBuffer is a bytes.Buffer safe to write from one goroutine (a
+// command's output, a logger) while the test reads it from another.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// IsBenchmark reports whether t is a benchmark's.
+func IsBenchmark(t testing.TB) bool {
+	_, ok := t.(*testing.B)
+	return ok
+}

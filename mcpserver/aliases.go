@@ -1,0 +1,134 @@
+package mcpserver
+
+// Aliases are the names an operator gives boards (mcp.aliases, --mcp-alias).
+// They are the one naming rule of the bridge: /mcp tool names start with
+// them, /api and the console show them, the policy matches them, and the
+// CLI, compact /mcp and /api/devices/{id} resolve them. A name an operator
+// gave a board always wins over an id or a default alias a board could
+// choose for itself.
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/devicebridge/devicebridge/device"
+)
+
+// AliasRule says in words what ValidAlias accepts.
+const AliasRule = "1 to 24 letters, digits, '_' or '-', starting and ending with a letter or digit, without '__', and not a MAC"
+
+// ValidAlias reports whether a is usable as an alias exactly as written:
+// what /mcp puts in front of tool names is then what /api shows, with no
+// character replaced or dropped (see sanitize).
+func ValidAlias(a string) bool {
+	if a == "" || len(a) > maxAliasLen || sanitize(a) != a {
+		return false
+	}
+	_, mac := device.CanonicalMAC(a)
+	return !mac // a MAC as a name would shadow that board
+}
+
+// Aliases is a checked mcp.aliases: keyed by canonical MAC, unique names.
+// The zero value has none.
+type Aliases struct {
+	byID   map[string]string // canonical MAC → alias
+	byName map[string]string // lower-case alias → canonical MAC
+}
+
+// ParseAliases checks mcp.aliases: every key a MAC (any spelling, each board
+// once), every alias ValidAlias, no alias on two boards (ignoring case, as
+// hosts may fold case in tool names). Errors name the key and what is
+// allowed.
+func ParseAliases(m map[string]string) (Aliases, error) {
+	a := Aliases{byID: make(map[string]string, len(m)), byName: make(map[string]string, len(m))}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // errors in a stable order
+	spelled := map[string]string{}
+	var errs []error
+	for _, k := range keys {
+		alias := strings.TrimSpace(m[k])
+		id, ok := device.CanonicalMAC(strings.TrimSpace(k))
+		if !ok {
+			errs = append(errs, fmt.Errorf("mcp.aliases: key %q is not a MAC (aliases name boards by their MAC, e.g. aa:bb:cc:dd:ee:ff)", k))
+			continue
+		}
+		if !ValidAlias(alias) {
+			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q is not a valid name: use %s", k, alias, AliasRule))
+			continue
+		}
+		if other, dup := spelled[id]; dup {
+			errs = append(errs, fmt.Errorf("mcp.aliases: keys %q and %q are the same board (%s); keep one", other, k, id))
+			continue
+		}
+		spelled[id] = k
+		lower := strings.ToLower(alias)
+		if other, dup := a.byName[lower]; dup {
+			errs = append(errs, fmt.Errorf("mcp.aliases: %q names two boards (%s and %s); aliases must differ, ignoring case", alias, other, id))
+			continue
+		}
+		a.byID[id], a.byName[lower] = alias, id
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Aliases{}, err
+	}
+	return a, nil
+}
+
+// MustAliases is ParseAliases for aliases already checked.
+func MustAliases(m map[string]string) Aliases {
+	a, err := ParseAliases(m)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// Of returns the alias an operator gave board id (a MAC in any spelling).
+func (a Aliases) Of(id string) (string, bool) {
+	alias, ok := a.byID[device.NormalizeID(id)]
+	return alias, ok
+}
+
+// Named returns the board an operator named name (ignoring case).
+func (a Aliases) Named(name string) (string, bool) {
+	id, ok := a.byName[strings.ToLower(strings.TrimSpace(name))]
+	return id, ok
+}
+
+// Alias is the alias board id is shown under when nothing else is known
+// about the fleet: the operator's, else its default alias, moved aside
+// (with a hash of its id) if it would take an operator's name or, for an
+// id a board chose, the form of a MAC's default alias. Among connected
+// boards, /mcp may add a clash suffix to a default alias too (see
+// assignNames); prefer the catalogue's alias where there is one.
+func (a Aliases) Alias(id string) string {
+	id = device.NormalizeID(id)
+	return assignNamesReserving([]namingDevice{{DeviceID: id, Alias: a.byID[id]}}, a.byName).Aliases[id]
+}
+
+// macDefaultAlias matches what DefaultAlias makes of a MAC.
+var macDefaultAlias = regexp.MustCompile(`^(?i)dev_[0-9a-f]{6}$`)
+
+// aliasTier orders whose name wins a clash: an operator's alias, then the
+// default alias of a MAC (the firmware's identity), then the default alias
+// of an id a board chose (only with allow_any_device_id).
+func aliasTier(d namingDevice) int {
+	switch {
+	case d.Alias != "":
+		return 0
+	case isMAC(d.DeviceID):
+		return 1
+	}
+	return 2
+}
+
+func isMAC(id string) bool {
+	_, ok := device.CanonicalMAC(id)
+	return ok
+}

@@ -1,0 +1,23 @@
+package mcpserver
+
+import "github.com/devicebridge/devicebridge/internal/logthrottle"
+
+// callerLines are the MCP server's log lines that a caller can have
+// written at will, one request each: a refusal (rate, size, policy,
+// confirmation), a forged or replayed requestState, a call naming no
+// board or tool. Each kind has its own throttle: the first line at once,
+// then one per interval with the count of those left out.
+type callerLines struct {
+	// The HTTP front (http.go).
+	rateLimited, tooBig logthrottle.Throttle
+	// Calls refused before the board (access.go, flowcall.go, compact.go).
+	denied, unconfirmed, unknownDevice, unknownTool logthrottle.Throttle
+	// Asking the user and the requestState of the modern era (flowcall.go).
+	askFailed, badState, replayUnchecked, replayed logthrottle.Throttle
+	// Interaction requests that failed inside the bridge (flow.go).
+	flowFailed logthrottle.Throttle
+}
+
+// lines are the server's callerLines. They live on its HTTP front, which
+// New builds before the server serves anything.
+func (s *Server) lines() *callerLines { return &s.http.lines }

@@ -1,0 +1,280 @@
+package mcpserver_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/simulator"
+)
+
+const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+func TestOrigin(t *testing.T) {
+	b := startBridge(t, nil)
+	for origin, want := range map[string]int{
+		"":                         http.StatusOK,
+		"http://localhost:5173":    http.StatusOK,
+		"http://127.0.0.1:3000":    http.StatusOK,
+		"https://localhost":        http.StatusOK,
+		"http://[::1]:8080":        http.StatusOK,
+		"http://evil.example":      http.StatusForbidden,
+		"http://localhost.evil.io": http.StatusForbidden,
+		"null":                     http.StatusForbidden,
+	} {
+		hdr := map[string]string{}
+		if origin != "" {
+			hdr["Origin"] = origin
+		}
+		status, _, body := rawStatus(b, "POST", initBody, hdr)
+		assert.Equal(t, want, status, "Origin %q: %s", origin, body)
+	}
+
+	// A configured list replaces the defaults.
+	b2 := startBridge(t, func(c *app.Config) { c.MCP.AllowedOrigins = []string{"https://app.example", "http://lab.local:*"} })
+	for origin, want := range map[string]int{
+		"https://app.example":      http.StatusOK,
+		"https://app.example:443":  http.StatusOK,
+		"https://app.example:8443": http.StatusForbidden,
+		"http://lab.local:9000":    http.StatusOK,
+		"http://localhost:5173":    http.StatusForbidden,
+	} {
+		status, _, _ := rawStatus(b2, "POST", initBody, map[string]string{"Origin": origin})
+		assert.Equal(t, want, status, "Origin %q", origin)
+	}
+
+	// The front door's DNS-rebinding check covers /mcp (go-sdk's own is off).
+	req := rawRequest(b, "POST", initBody, nil)
+	req.Host = "evil.example"
+	resp := do(b, req)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func TestBearerToken(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) { c.MCP.Tokens = []string{"s3cret", "other"} })
+	b.Board(macA, "breadboard", simulator.Config{})
+
+	status, hdr, body := rawStatus(b, "POST", initBody, nil)
+	assert.Equal(t, http.StatusUnauthorized, status)
+	assert.Contains(t, hdr.Get("WWW-Authenticate"), "Bearer")
+	assert.Contains(t, body, "Authorization: Bearer")
+	status, _, _ = rawStatus(b, "POST", initBody, map[string]string{"Authorization": "Bearer wrong"})
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = rawStatus(b, "POST", initBody, map[string]string{"Authorization": "Basic s3cret"})
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = rawStatus(b, "POST", initBody, map[string]string{"Authorization": "Bearer s3cret"})
+	assert.Equal(t, http.StatusOK, status)
+
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			hc := &http.Client{Transport: bearer{"s3cret", b.HTTP.Transport}}
+			cs := b.ClientWith(era, nil, hc)
+			res := callTool(t, cs, upstreamName(macA, "self.audio_speaker.set_volume"), map[string]any{"volume": 5})
+			require.False(t, res.IsError)
+
+			// A session opened with one token cannot be used with another.
+			if era == legacy {
+				status, _, _ := rawStatus(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+					map[string]string{"Authorization": "Bearer other", "Mcp-Session-Id": cs.ID(), "MCP-Protocol-Version": legacy})
+				assert.Equal(t, http.StatusForbidden, status)
+			}
+		})
+	}
+
+	// Without MCP tokens of its own, /mcp takes the control API's.
+	b2 := startBridge(t, func(c *app.Config) { c.Control.Tokens = []string{"ctl"} })
+	status, _, _ = rawStatus(b2, "POST", initBody, nil)
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = rawStatus(b2, "POST", initBody, map[string]string{"Authorization": "Bearer ctl"})
+	assert.Equal(t, http.StatusOK, status)
+}
+
+func TestRequestSizeLimit(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) { c.MCP.MaxBodyBytes = 4096 })
+	b.Board(macA, "breadboard", simulator.Config{})
+	big := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},` +
+		`"clientInfo":{"name":"` + strings.Repeat("x", 5000) + `","version":"1"}}}`
+	status, _, body := rawStatus(b, "POST", big, nil)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"request body exceeds 4096 bytes (see mcp.max_body_bytes); send less data"}}`, body)
+	status, _, body = rawStatus(b, "POST", `{"jsonrpc":"2.0","method":"x","params":{"pad":"`+strings.Repeat("x", 5000)+`"},"id":9}`, nil)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status)
+	assert.Contains(t, body, "exceeds 4096 bytes", "no id before the cut: a plain error")
+
+	// Through a client: an oversized call fails, the session survives.
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			cs := b.Client(era, nil)
+			ctx, cancel := withTimeout(5e9)
+			defer cancel()
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: upstreamName(macA, "self.screen.set_theme"),
+				Arguments: map[string]any{"theme": strings.Repeat("d", 5000)}})
+			require.ErrorContains(t, err, "exceeds 4096 bytes")
+			res := callTool(t, cs, upstreamName(macA, "self.screen.set_theme"), map[string]any{"theme": "dark"})
+			require.False(t, res.IsError)
+		})
+	}
+
+	// The default limit is 4 MiB.
+	b2 := startBridge(t, nil)
+	huge := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"pad":"` + strings.Repeat("x", 4<<20) + `"}}}`
+	status, _, _ = rawStatus(b2, "POST", huge, nil)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status)
+}
+
+func TestRateLimit(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.RateLimit = 0.5 // one token every two seconds: nothing refills during the test
+		c.MCP.RateBurst = 3
+	})
+	// Outside a session requests are counted per client address.
+	var codes []int
+	for range 5 {
+		status, hdr, _ := rawStatus(b, "POST", initBody, nil)
+		codes = append(codes, status)
+		if status == http.StatusTooManyRequests {
+			assert.NotEmpty(t, hdr.Get("Retry-After"))
+		}
+	}
+	assert.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+
+	// Inside a session each session has its own budget.
+	b2 := startBridge(t, func(c *app.Config) {
+		c.MCP.RateLimit = 0.5
+		c.MCP.RateBurst = 4
+	})
+	// initialize counts for the address, notifications/initialized for
+	// the session.
+	sid := rawSession(b2, legacy)
+	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy}
+	codes = nil
+	for range 5 {
+		status, _, _ := rawStatus(b2, "POST", `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, hdr)
+		codes = append(codes, status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+	sid2 := rawSession(b2, legacy)
+	status, _, _ := rawStatus(b2, "POST", `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`,
+		map[string]string{"Mcp-Session-Id": sid2, "MCP-Protocol-Version": legacy})
+	assert.Equal(t, http.StatusOK, status, "another session has its own budget")
+}
+
+func TestSessionIDs(t *testing.T) {
+	b := startBridge(t, nil)
+	a := b.Client(legacy, nil).ID()
+	c := b.Client(legacy, nil).ID()
+	assert.NotEqual(t, a, c)
+	// crypto/rand.Text: 26 characters of base32, 128 bits.
+	assert.Regexp(t, regexp.MustCompile(`^[A-Z2-7]{26}$`), a)
+}
+
+// TestDiscover: a modern discover lists the modern version, so a client
+// probing for the modern era never mistakes the bridge for a legacy-only
+// server (the go-sdk's stateful handler would answer with legacy versions
+// only); a discover that is not modern gets "method not found" and the
+// client falls back to initialize.
+func TestDiscover(t *testing.T) {
+	b := startBridge(t, nil)
+	modernBody := `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` +
+		modern + `","io.modelcontextprotocol/clientCapabilities":{}}}}`
+
+	resp := do(b, rawRequest(b, "POST", modernBody, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "server/discover"}))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	msg := rawMessage(t, resp)
+	data, _ := json.Marshal(msg["result"])
+	var res struct {
+		SupportedVersions []string `json:"supportedVersions"`
+		Capabilities      struct {
+			Tools struct {
+				ListChanged bool `json:"listChanged"`
+			} `json:"tools"`
+		} `json:"capabilities"`
+	}
+	require.NoError(t, json.Unmarshal(data, &res), "%v", msg)
+	assert.Contains(t, res.SupportedVersions, modern)
+	assert.Contains(t, res.SupportedVersions, legacy)
+	assert.True(t, res.Capabilities.Tools.ListChanged)
+
+	// Modern metadata without the header: a modern error (header mismatch).
+	status, _, body := rawStatus(b, "POST", modernBody, nil)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "-32020")
+
+	// No modern marks at all: not a discover the bridge answers.
+	resp = do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover"}`, nil))
+	msg = rawMessage(t, resp)
+	require.NotContains(t, msg, "result")
+	assert.EqualValues(t, -32601, msg["error"].(map[string]any)["code"])
+
+	// A modern GET (there is no GET stream in the modern era) is 405.
+	resp = do(b, rawRequest(b, "GET", "", map[string]string{"MCP-Protocol-Version": modern}))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+}
+
+// TestBatches: JSON-RPC batches are served only where 2025-03-26 allows
+// them.
+func TestBatches(t *testing.T) {
+	b := startBridge(t, nil)
+	sid := rawSession(b, "2025-03-26")
+	batch := `[{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","id":3,"method":"ping"}]`
+	status, _, body := rawStatus(b, "POST", batch, map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-03-26"})
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, body, `"id":2`)
+	assert.Contains(t, body, `"id":3`)
+
+	sid = rawSession(b, "2025-06-18")
+	status, _, _ = rawStatus(b, "POST", batch, map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
+	assert.Equal(t, http.StatusBadRequest, status)
+}
+
+// TestArgumentsNotLoggedAtInfo: a call refused for its arguments is
+// logged at info (it is the caller's mistake, not the bridge's), and the
+// refusal quotes the caller's values back to the caller, but the log line
+// names the arguments at fault without their values: tool arguments are
+// payload, kept out of logs above debug.
+func TestArgumentsNotLoggedAtInfo(t *testing.T) {
+	b := startBridge(t, nil)
+	b.Board("aa:00:00:00:a1:01", "breadboard", simulator.Config{})
+	cs := b.Client("legacy", nil)
+	require.Eventually(t, func() bool { return len(toolNames(t, cs)) > 0 }, 10*time.Second, 10*time.Millisecond, "tools listed")
+	const canary = "payload-canary-8e1f"
+	res := callTool(t, cs, "dev_00a101_audio_speaker_set_volume", map[string]any{"volume": canary})
+	require.True(t, res.IsError)
+	assert.Contains(t, text(res), canary, "the caller sees what it sent")
+	var seen bool
+	for _, e := range b.Logs.FilterMessage("tool call").All() {
+		if e.Level < zapcore.InfoLevel {
+			continue
+		}
+		seen = true
+		for k, v := range e.ContextMap() {
+			assert.NotContains(t, fmt.Sprint(v), canary, "field %s of an info line", k)
+		}
+	}
+	assert.True(t, seen, "the refused call is logged at info")
+}

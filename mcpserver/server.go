@@ -1,0 +1,624 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
+)
+
+// Defaults for Options fields left at zero.
+const (
+	DefaultPageSize         = 100
+	DefaultMaxBodyBytes     = 4 << 20
+	DefaultRateLimit        = 20 // requests per second per session
+	DefaultRateBurst        = 40
+	DefaultSessionTimeout   = 10 * time.Minute // see Options.SessionTimeout
+	DefaultProgressInterval = 10 * time.Second
+	DefaultEventStoreBytes  = 10 << 20
+	// tombstoneTTL is how long the name of a withdrawn tool is remembered,
+	// so that a call to it gets a clear "board offline" answer rather than
+	// "unknown tool".
+	tombstoneTTL   = time.Hour
+	maxTombstones  = 4096
+	serverInfoName = "devicebridge"
+)
+
+// DefaultMaxSessions and DefaultMaxSessionsPerClient bound the legacy
+// sessions open at once (a goroutine and some memory each), in all and per
+// client. Hosts open one per conversation or connection and end it, or
+// leave it to SessionTimeout.
+const (
+	DefaultMaxSessions          = 1024
+	DefaultMaxSessionsPerClient = 128
+)
+
+// Options configure the upstream MCP server. Zero values take the
+// defaults above. The yaml tags are the keys of the bridge config file's
+// mcp: section, which embeds Options.
+type Options struct {
+	// Version is reported as serverInfo.version.
+	Version string `yaml:"-"`
+	// Aliases maps a board's MAC (in any case or separator style) to the
+	// alias its tool names start with: see ValidAlias for what an alias
+	// may be. Boards without one get DefaultAlias.
+	Aliases map[string]string `yaml:"aliases"`
+	// ShowUserOnlyTools publishes tools that boards reserve for people
+	// (annotations.audience ["user"]); by default they are hidden from
+	// the model.
+	ShowUserOnlyTools bool `yaml:"show_user_only_tools"`
+	// Compact replaces the per-board tools by three fixed tools
+	// (list_devices, describe_device, call_device_tool), for hosts that
+	// cap the number of tools.
+	Compact bool `yaml:"compact"`
+	// PageSize is the number of tools per tools/list page.
+	PageSize int `yaml:"page_size"`
+	// Tokens, when non-empty, are the bearer tokens accepted on /mcp;
+	// requests without one get 401 from the front door that checks them
+	// (the app's authn.Guard). Here they mean /mcp is authenticated.
+	Tokens []string `yaml:"tokens"`
+	// MaxBodyBytes bounds a request body (413 beyond it).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// RateLimit is the sustained number of requests per second allowed per
+	// session (per client address for requests outside a session), with
+	// bursts up to RateBurst; beyond it requests get 429. Negative
+	// disables rate limiting.
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
+	// SessionTimeout closes a legacy session idle for this long: no
+	// request of it in flight and no stream of it open, so a host that
+	// listens on a stream, or uses its session more often than this,
+	// keeps it. Code that builds Options may pass a negative value to keep
+	// sessions until the client ends them (the caps below still apply); the
+	// bridge's configuration does not allow it.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// MaxSessions bounds the legacy sessions open at once; past it an
+	// initialize gets 503 with Retry-After and a JSON-RPC error.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxSessionsPerClient bounds the legacy sessions of one client (its
+	// verified identity, else its address); past it an initialize gets
+	// 429 with Retry-After and a JSON-RPC error.
+	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
+	// ProgressInterval is how often a call still waiting for its board
+	// sends notifications/progress, when the client gave a progress token.
+	// Negative disables the heartbeats.
+	ProgressInterval time.Duration `yaml:"progress_interval"`
+	// EventStoreBytes bounds the memory kept for resuming legacy streams.
+	EventStoreBytes int `yaml:"event_store_bytes"`
+	// Logger receives the server's logs; name it "mcp". Nil discards.
+	Logger *zap.Logger `yaml:"-"`
+	// Observer, when set, is told about every request received (metrics).
+	Observer Observer `yaml:"-"`
+	// Flow configures interactions (the app's flow: section).
+	Flow FlowOptions `yaml:"-"`
+	// Access: authentication, policy and audit (access.go).
+	Access Access `yaml:"-"`
+}
+
+func (o *Options) fill() {
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = DefaultPageSize
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit = DefaultRateLimit
+	}
+	if o.RateBurst <= 0 {
+		o.RateBurst = max(DefaultRateBurst, int(o.RateLimit))
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxSessionsPerClient == 0 {
+		o.MaxSessionsPerClient = DefaultMaxSessionsPerClient
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.EventStoreBytes <= 0 {
+		o.EventStoreBytes = DefaultEventStoreBytes
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+}
+
+// Validate reports option mistakes in words a user can act on.
+func (o Options) Validate() error {
+	var errs []error
+	if _, err := ParseAliases(o.Aliases); err != nil {
+		errs = append(errs, err)
+	}
+	for i, t := range o.Tokens {
+		if strings.TrimSpace(t) == "" || strings.ContainsAny(t, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("mcp.tokens[%d]: a token must be non-empty and contain no spaces", i))
+		}
+	}
+	if o.RateLimit > 0 && o.RateBurst < 0 {
+		errs = append(errs, errors.New("mcp.rate_burst must not be negative"))
+	}
+	if o.PageSize < 0 {
+		errs = append(errs, errors.New("mcp.page_size must not be negative"))
+	}
+	errs = append(errs, o.Flow.validate()...)
+	return errors.Join(errs...)
+}
+
+// Server is the upstream MCP server: one go-sdk server whose tools follow
+// the Hub, served over Streamable HTTP in both protocol eras.
+type Server struct {
+	hub     *device.Hub
+	opts    Options
+	aliases Aliases // opts.Aliases, checked
+	log     *zap.Logger
+	mcp     *mcp.Server
+	http    *frontHandler
+
+	cat atomic.Pointer[catalog]
+
+	// Interactions (flow.go); flow is nil when they are off.
+	flow        *flow.Engine
+	confirm     []string // lower-case patterns of tools that need confirmation
+	flowTimeout time.Duration
+	stateKey    []byte // signs requestStates
+	spent       flow.SpentStore
+
+	syncMu     sync.Mutex // serialises sync; guards remembered
+	remembered map[string][]device.Tool
+	// uncheckedLog and unpublishedLog throttle warnings about a board's
+	// tools: a board can reconnect and list the same tools again at will.
+	uncheckedLog, unpublishedLog logthrottle.Throttle
+
+	tombMu     sync.Mutex
+	tombstones map[string]tombstone
+
+	// ctx ends when the server closes; every call and request is bound to it.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// tombstone remembers a withdrawn tool name.
+type tombstone struct {
+	deviceID, alias, board, tool string
+	at                           time.Time
+}
+
+// New builds the server over hub. Call Run to keep its tools in step with
+// the Hub, serve Handler on /mcp, and Close on shutdown.
+func New(hub *device.Hub, opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.fill()
+	aliases := MustAliases(opts.Aliases) // Validate checked them
+
+	s := &Server{
+		hub:        hub,
+		opts:       opts,
+		aliases:    aliases,
+		log:        opts.Logger,
+		remembered: map[string][]device.Tool{},
+		tombstones: map[string]tombstone{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cat.Store(emptyCatalog())
+
+	instructions := "devicebridge relays the tools of physical xiaozhi-esp32 boards. " +
+		"Each tool acts on one board: its name starts with the board's alias and its description names the board " +
+		"(alias, board type and MAC). The list changes as boards connect and leave. A board runs one tool at a time; " +
+		"a board that does not answer in time may still carry the action out, so check its state before repeating a call."
+	if opts.Compact {
+		instructions = "devicebridge relays the tools of physical xiaozhi-esp32 boards through three tools: " +
+			"list_devices shows the boards, describe_device shows one board's tools and their arguments, and " +
+			"call_device_tool runs one of them. A board runs one tool at a time."
+	}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	if !opts.Flow.Disabled {
+		// MCP Flow is not a standard capability; experimental is where
+		// both eras let a server advertise one (initialize and
+		// server/discover).
+		caps.Experimental = map[string]any{capFlow: flowCapabilities(len(opts.Flow.Secret) > 0)}
+		instructions += " Tools with missing or invalid arguments, and dangerous ones (reboot, firmware upgrade, Wi-Fi changes), " +
+			"ask the user through elicitation when the client supports it."
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: serverInfoName, Title: "devicebridge", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       sdkLogger(s.log.Named("sdk")),
+		PageSize:     opts.PageSize,
+		// Advertise tools with listChanged even while no board is
+		// connected, so clients subscribe from the start.
+		// (This is what the deprecated ServerOptions.HasTools did.)
+		Capabilities: caps,
+		// Session ids: 128 bits from the OS's cryptographic source.
+		GetSessionID: rand.Text,
+		// The tool list follows the boards: never cache it; and when
+		// tokens guard the endpoint, only the requesting client may.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			c.TTLMs = 0
+			if len(opts.Tokens) > 0 || opts.Access.Authenticated || opts.Access.Policy.Enabled() {
+				c.CacheScope = "private"
+			}
+		},
+	})
+	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
+	if opts.Observer != nil {
+		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
+	}
+	if err := s.setupFlow(); err != nil {
+		return nil, err
+	}
+	if opts.Compact {
+		s.addCompactTools()
+	}
+	s.http = newFrontHandler(s)
+	return s, nil
+}
+
+// MCPServer is the underlying go-sdk server, e.g. to serve it over another
+// transport in process.
+func (s *Server) MCPServer() *mcp.Server { return s.mcp }
+
+// Handler serves /mcp (POST, GET and DELETE). Mount it behind the control
+// listener's front door: Host, Origin and credentials are checked there.
+func (s *Server) Handler() http.Handler { return s.http }
+
+// Run keeps the upstream tools in step with the Hub until ctx ends or the
+// server closes. It syncs once before waiting for events.
+func (s *Server) Run(ctx context.Context) {
+	sub := s.hub.Subscribe()
+	defer sub.Close()
+	s.Sync()
+	for {
+		select {
+		case <-sub.C():
+			sub.Next() // the snapshot below is the truth; events only wake us
+			start := time.Now()
+			changed := s.sync()
+			// A sync costs time in proportion to the fleet. Under a burst
+			// (thousands of boards connecting, or coming back after a
+			// restart) leave as long again before the next one: events pile
+			// up and are taken together, syncing takes at most about half a
+			// core. After a sync that changed the tools, wait at least
+			// minChangeGap: clients get at most a few list_changed per
+			// second, not one per board.
+			d := time.Since(start)
+			pause := time.Duration(0)
+			if d > syncPauseFrom {
+				pause = min(d, maxSyncPause)
+			}
+			if changed {
+				pause = max(pause, minChangeGap)
+			}
+			if pause > 0 && !sleepCtx(ctx, s.ctx, pause) {
+				return
+			}
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// Syncs that take longer than syncPauseFrom are followed by a pause as
+// long as they took, up to maxSyncPause (Run).
+// A sync that changed the published tools is followed by at least
+// minChangeGap.
+const (
+	syncPauseFrom = 2 * time.Millisecond
+	maxSyncPause  = 250 * time.Millisecond
+	minChangeGap  = 100 * time.Millisecond
+)
+
+// sleepCtx waits for d; false if a or b ended first.
+func sleepCtx(a, b context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-a.Done():
+		return false
+	case <-b.Done():
+		return false
+	}
+}
+
+// Close ends every MCP session and stream and stops in-flight calls from
+// waiting. It does not wait for handlers the go-sdk still runs; they end as
+// soon as their board call returns. It is idempotent.
+func (s *Server) Close() {
+	s.cancel()
+	s.http.limits.stop()
+	if s.flow != nil {
+		s.flow.Close()
+	}
+	var wg sync.WaitGroup
+	for ss := range s.mcp.Sessions() {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = ss.Close() }()
+	}
+	wg.Wait()
+}
+
+// Sync recomputes the upstream catalogue from the Hub now and updates the
+// published tools (clients are told through list_changed).
+func (s *Server) Sync() { s.sync() }
+
+// sync is Sync; it reports whether the published tools changed.
+func (s *Server) sync() bool {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	infos := s.hub.Devices()
+	present := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		present[info.DeviceID] = true
+		if info.State == device.StateReady {
+			s.remembered[info.DeviceID] = info.Tools
+		}
+	}
+	for id := range s.remembered {
+		if !present[id] {
+			delete(s.remembered, id)
+		}
+	}
+	old := s.cat.Load()
+	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.aliases, showUserOnly: s.opts.ShowUserOnlyTools,
+		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
+	s.cat.Store(cur)
+	removed, added := diff(old, cur)
+	for _, e := range added {
+		if e.schemaErr != nil {
+			s.uncheckedLog.Warn(s.log, "board tool has an input schema the bridge cannot check; arguments pass unchecked",
+				zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name), zap.Error(e.schemaErr))
+		}
+	}
+	if s.opts.Compact || (len(removed) == 0 && len(added) == 0) {
+		return false
+	}
+	s.bury(old, removed)
+	sort.Strings(removed)
+	if len(removed) > 0 {
+		s.mcp.RemoveTools(removed...)
+	}
+	sort.Slice(added, func(i, j int) bool { return added[i].name < added[j].name })
+	for _, e := range added {
+		if err := s.publish(e); err != nil {
+			s.unpublishedLog.Warn(s.log, "board tool could not be published; it is refused (its board passed the bounds of "+
+				"devices.tool_limits, please report it)", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name),
+				zap.Error(err))
+			// Withdrawn from the board's Info too, so that /api, compact
+			// mode and the next catalogue no longer offer it.
+			s.hub.RefuseTool(e.deviceID, e.tool.Name, err.Error())
+		}
+	}
+	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
+		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
+	return true
+}
+
+// publish adds a board tool to the go-sdk server, which panics on a tool
+// it does not accept. The intake bounds (device.ToolLimits) and argcheck's
+// ceilings keep such tools out; this is the last line of defence should a
+// board find a way past them: its tool is not published (a call to it is
+// an unknown tool), instead of the process going down.
+func (s *Server) publish(e *entry) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the MCP server refused it: %v", r)
+		}
+	}()
+	s.mcp.AddTool(e.mcpTool, s.toolHandler(e))
+	return nil
+}
+
+// Published reports whether the tools served upstream show the board
+// deviceID as ready: its tools are listed (in compact mode, list_devices
+// shows it ready). The catalogue follows the Hub asynchronously, so a board
+// the Hub has just reported ready may not be published yet.
+func (s *Server) Published(deviceID string) bool {
+	// Sync swaps the catalogue and then updates the go-sdk server's tools
+	// under syncMu; holding it sees both in step.
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	v, ok := s.cat.Load().byDevice[device.NormalizeID(deviceID)]
+	return ok && v.info.State == device.StateReady && !v.stale
+}
+
+// bury remembers withdrawn names.
+func (s *Server) bury(old *catalog, names []string) {
+	now := time.Now()
+	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
+	for _, n := range names {
+		e := old.byName[n]
+		s.tombstones[n] = tombstone{deviceID: e.deviceID, alias: e.alias, board: e.board, tool: e.tool.Name, at: now}
+	}
+	if len(s.tombstones) > maxTombstones {
+		var oldest []string
+		for n, t := range s.tombstones {
+			if now.Sub(t.at) > tombstoneTTL {
+				delete(s.tombstones, n)
+			} else {
+				oldest = append(oldest, n)
+			}
+		}
+		if len(s.tombstones) > maxTombstones {
+			sort.Slice(oldest, func(i, j int) bool { return s.tombstones[oldest[i]].at.Before(s.tombstones[oldest[j]].at) })
+			for _, n := range oldest[:len(s.tombstones)-maxTombstones] {
+				delete(s.tombstones, n)
+			}
+		}
+	}
+}
+
+// withdrawnToolMiddleware answers a call to a tool that was withdrawn (its
+// board left, or the name changed) with a tool result that says so, rather
+// than the bare "unknown tool" protocol error: a model that listed tools a
+// moment ago can then tell the user what happened.
+func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" || s.opts.Compact {
+			return next(ctx, method, req)
+		}
+		p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+		if !ok || p == nil {
+			return next(ctx, method, req)
+		}
+		if _, known := s.cat.Load().byName[p.Name]; known {
+			return next(ctx, method, req)
+		}
+		s.tombMu.Lock()
+		t, ok := s.tombstones[p.Name]
+		s.tombMu.Unlock()
+		if !ok || time.Since(t.at) > tombstoneTTL {
+			return next(ctx, method, req)
+		}
+		cat := s.cat.Load()
+		label := labelOf(t.alias, t.board, t.deviceID)
+		s.log.Info("call to a withdrawn tool", zap.String("device_id", t.deviceID), zap.String("tool", t.tool),
+			zap.String("name", p.Name))
+		v, present := cat.byDevice[t.deviceID]
+		switch {
+		case !present:
+			return offlineResult(label, t.tool), nil
+		case v.findTool(t.tool) != nil:
+			return errorResult("The tool %s is now published as %s (board %s); call it by that name.",
+				p.Name, v.findTool(t.tool).name, boardLabel(v)), nil
+		case v.info.State != device.StateReady:
+			return errorResult("Board %s is reconnecting and its tools are not available yet, so %s was not run. "+
+				"Refresh the tool list in a few seconds.", boardLabel(v), t.tool), nil
+		default:
+			return errorResult("Board %s no longer offers %s, so it was not run. Refresh the tool list to see what it offers now.",
+				boardLabel(v), t.tool), nil
+		}
+	}
+}
+
+// toolHandler runs a published board tool.
+func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return s.guardedCall(ctx, req, e, req.Params.Arguments), nil
+	}
+}
+
+// call validates the arguments, runs the tool on its board with progress
+// heartbeats, and converts the outcome.
+func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(s.ctx, cancel)
+	defer stopOnClose()
+
+	if res := s.denied(ctx, e, args); res != nil {
+		return res
+	}
+	fields := []zap.Field{zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name)}
+	if ce := s.log.Check(zap.DebugLevel, "tool call"); ce != nil {
+		ce.Write(append(fields, zap.ByteString("arguments", args))...)
+	}
+
+	start := time.Now()
+	stop := s.heartbeat(ctx, req, e)
+	// The Hub checks the tool and its arguments (one validation path for
+	// every caller) before anything reaches the board.
+	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, args)
+	stop()
+	took := time.Since(start)
+
+	var out *mcp.CallToolResult
+	outcome := outcomeOK
+	if err != nil {
+		var code device.Code
+		out, code = callFailure(e, e.label(), err, took)
+		outcome = string(code)
+	} else {
+		out = convertResult(res)
+		if out.IsError {
+			outcome = outcomeToolError
+		}
+	}
+	s.auditCall(ctx, e, args, outcome, took)
+	level := zap.InfoLevel
+	switch device.Code(outcome) {
+	case outcomeOK, outcomeToolError, device.CodeDeviceError, device.CodeCanceled, device.CodeInvalidArguments,
+		device.CodeUnknownTool:
+	default:
+		level = zap.WarnLevel
+	}
+	if ce := s.log.Check(level, "tool call"); ce != nil {
+		fs := append(fields, zap.String("outcome", outcome), zap.Duration("took", took))
+		if err != nil {
+			fs = append(fs, zap.Error(device.LogSafe(err)))
+		}
+		ce.Write(fs...)
+	}
+	return out
+}
+
+func (e *entry) label() string { return labelOf(e.alias, e.board, e.deviceID) }
+
+// heartbeat sends notifications/progress every ProgressInterval while the
+// call waits for its board, if the client asked for progress. The returned
+// function stops it and waits for it.
+func (s *Server) heartbeat(ctx context.Context, req *mcp.CallToolRequest, e *entry) (stop func()) {
+	if req == nil || req.Session == nil || s.opts.ProgressInterval < 0 {
+		return func() {}
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(s.opts.ProgressInterval)
+		defer tick.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      float64(n),
+				Message: fmt.Sprintf("still waiting for board %q to finish %s (%ds)", e.alias, e.tool.Name,
+					int(time.Since(start).Seconds())),
+			})
+			if err != nil {
+				s.log.Debug("progress notification not delivered", zap.String("device_id", e.deviceID),
+					zap.String("tool", e.tool.Name), zap.Error(err))
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
