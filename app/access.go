@@ -27,8 +27,8 @@ import (
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/frontdoor"
-	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/policy"
 	"github.com/devicebridge/devicebridge/tracing"
 )
 

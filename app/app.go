@@ -15,9 +15,9 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/internal/connlimit"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ota"
-	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/ws"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/frontdoor"
-	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/metrics"
 )
 
 // MCPConfig configures the upstream MCP server on /mcp (control listener):
@@ -27,8 +27,8 @@ type MCPConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// AllowedOrigins is the old name of control.allowed_origins, from when
 	// only /mcp checked Origin; set (even empty), it replaces that list.
-	AllowedOrigins []string `yaml:"allowed_origins"`
-	mcpserver.Options  `yaml:",inline"`
+	AllowedOrigins    []string `yaml:"allowed_origins"`
+	mcpserver.Options `yaml:",inline"`
 }
 
 func defaultMCPConfig() MCPConfig {

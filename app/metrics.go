@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/api"
+	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
-	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ws"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
-	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 // Defaults for HubConfig.

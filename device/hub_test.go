@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/devicebridge/devicebridge/internal/testlink"
 	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
+	"github.com/devicebridge/devicebridge/internal/testlink"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

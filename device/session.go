@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
 	"github.com/devicebridge/devicebridge/internal/clip"
-	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
 )
 
 // Errors a caller branches on.

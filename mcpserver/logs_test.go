@@ -14,8 +14,8 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/internal/clip"
-	"github.com/devicebridge/devicebridge/simulator"
 	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/simulator"
 )
 
 // floodIsOneLine checks one kind of line a caller can repeat: n
