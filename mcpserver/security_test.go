@@ -1,7 +1,6 @@
 package mcpserver_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -190,66 +189,6 @@ func TestSessionIDs(t *testing.T) {
 	assert.NotEqual(t, a, c)
 	// crypto/rand.Text: 26 characters of base32, 128 bits.
 	assert.Regexp(t, regexp.MustCompile(`^[A-Z2-7]{26}$`), a)
-}
-
-// TestDiscover: a modern discover lists the modern version, so a client
-// probing for the modern era never mistakes the bridge for a legacy-only
-// server (the go-sdk's stateful handler would answer with legacy versions
-// only); a discover that is not modern gets "method not found" and the
-// client falls back to initialize.
-func TestDiscover(t *testing.T) {
-	b := startBridge(t, nil)
-	modernBody := `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` +
-		modern + `","io.modelcontextprotocol/clientCapabilities":{}}}}`
-
-	resp := do(b, rawRequest(b, "POST", modernBody, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "server/discover"}))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	msg := rawMessage(t, resp)
-	data, _ := json.Marshal(msg["result"])
-	var res struct {
-		SupportedVersions []string `json:"supportedVersions"`
-		Capabilities      struct {
-			Tools struct {
-				ListChanged bool `json:"listChanged"`
-			} `json:"tools"`
-		} `json:"capabilities"`
-	}
-	require.NoError(t, json.Unmarshal(data, &res), "%v", msg)
-	assert.Contains(t, res.SupportedVersions, modern)
-	assert.Contains(t, res.SupportedVersions, legacy)
-	assert.True(t, res.Capabilities.Tools.ListChanged)
-
-	// Modern metadata without the header: a modern error (header mismatch).
-	status, _, body := rawStatus(b, "POST", modernBody, nil)
-	assert.Equal(t, http.StatusBadRequest, status)
-	assert.Contains(t, body, "-32020")
-
-	// No modern marks at all: not a discover the bridge answers.
-	resp = do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover"}`, nil))
-	msg = rawMessage(t, resp)
-	require.NotContains(t, msg, "result")
-	assert.EqualValues(t, -32601, msg["error"].(map[string]any)["code"])
-
-	// A modern GET (there is no GET stream in the modern era) is 405.
-	resp = do(b, rawRequest(b, "GET", "", map[string]string{"MCP-Protocol-Version": modern}))
-	resp.Body.Close()
-	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
-}
-
-// TestBatches: JSON-RPC batches are served only where 2025-03-26 allows
-// them.
-func TestBatches(t *testing.T) {
-	b := startBridge(t, nil)
-	sid := rawSession(b, "2025-03-26")
-	batch := `[{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","id":3,"method":"ping"}]`
-	status, _, body := rawStatus(b, "POST", batch, map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-03-26"})
-	assert.Equal(t, http.StatusOK, status)
-	assert.Contains(t, body, `"id":2`)
-	assert.Contains(t, body, `"id":3`)
-
-	sid = rawSession(b, "2025-06-18")
-	status, _, _ = rawStatus(b, "POST", batch, map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
-	assert.Equal(t, http.StatusBadRequest, status)
 }
 
 // TestArgumentsNotLoggedAtInfo: a call refused for its arguments is
