@@ -18,6 +18,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
@@ -288,6 +289,10 @@ func (s *Server) Handler() http.Handler { return s.http }
 // Run keeps the upstream tools in step with the Hub until ctx ends or the
 // server closes. It syncs once before waiting for events.
 func (s *Server) Run(ctx context.Context) {
+	// One context that ends with either, for the loop and its pauses.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
 	sub := s.hub.Subscribe()
 	defer sub.Close()
 	s.Sync()
@@ -312,12 +317,10 @@ func (s *Server) Run(ctx context.Context) {
 			if changed {
 				pause = max(pause, minChangeGap)
 			}
-			if pause > 0 && !sleepCtx(ctx, s.ctx, pause) {
+			if pause > 0 && !ctxtime.Sleep(ctx, pause) {
 				return
 			}
 		case <-ctx.Done():
-			return
-		case <-s.ctx.Done():
 			return
 		}
 	}
@@ -332,20 +335,6 @@ const (
 	maxSyncPause  = 250 * time.Millisecond
 	minChangeGap  = 100 * time.Millisecond
 )
-
-// sleepCtx waits for d; false if a or b ended first.
-func sleepCtx(a, b context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-a.Done():
-		return false
-	case <-b.Done():
-		return false
-	}
-}
 
 // Close ends every MCP session and stream and stops in-flight calls from
 // waiting. It does not wait for handlers the go-sdk still runs; they end as
