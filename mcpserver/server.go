@@ -20,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
 
 // Defaults for Options fields left at zero.
@@ -37,6 +38,8 @@ const (
 	tombstoneTTL   = time.Hour
 	maxTombstones  = 4096
 	serverInfoName = "devicebridge"
+	// modernVersion is the first protocol version of the stateless era.
+	modernVersion = mcphttp.ModernVersion
 )
 
 // DefaultMaxSessions and DefaultMaxSessionsPerClient bound the legacy
@@ -175,7 +178,9 @@ type Server struct {
 	aliases Aliases // opts.Aliases, checked
 	log     *zap.Logger
 	mcp     *mcp.Server
-	http    *frontHandler
+	http    *mcphttp.Front
+	// throttled are the server's log lines a caller can repeat (logs.go).
+	throttled callerLines
 
 	cat atomic.Pointer[catalog]
 
@@ -274,7 +279,21 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if opts.Compact {
 		s.addCompactTools()
 	}
-	s.http = newFrontHandler(s)
+	s.http = mcphttp.New(s.mcp, mcphttp.Options{
+		MaxBodyBytes:         opts.MaxBodyBytes,
+		RateLimit:            opts.RateLimit,
+		RateBurst:            opts.RateBurst,
+		MaxSessions:          opts.MaxSessions,
+		MaxSessionsPerClient: opts.MaxSessionsPerClient,
+		SessionTimeout:       opts.SessionTimeout,
+		EventStoreBytes:      opts.EventStoreBytes,
+		Authenticated:        s.authenticated(),
+		Lifetime:             s.ctx,
+		CallerHeader:         headerCaller,
+		Caller:               statelessCaller,
+		Logger:               s.log,
+		SDKLogger:            sdkLogger(s.log.Named("http")),
+	})
 	return s, nil
 }
 
@@ -282,8 +301,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 // transport in process.
 func (s *Server) MCPServer() *mcp.Server { return s.mcp }
 
-// Handler serves /mcp (POST, GET and DELETE). Mount it behind the control
-// listener's front door: Host, Origin and credentials are checked there.
+// Handler serves /mcp (POST, GET and DELETE): the HTTP front of package
+// mcphttp. Mount it behind the control listener's front door: Host, Origin
+// and credentials are checked there.
 func (s *Server) Handler() http.Handler { return s.http }
 
 // Run keeps the upstream tools in step with the Hub until ctx ends or the
@@ -341,7 +361,7 @@ const (
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
-	s.http.limits.stop()
+	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
 	}
