@@ -95,13 +95,30 @@ func New(srv *mcp.Server, opts Options) *Front {
 
 	store := mcp.NewMemoryEventStore(nil)
 	store.SetMaxBytes(opts.EventStoreBytes)
+	stateful, stateless := sdkHandlers(srv, opts, &trackingStore{EventStore: store, f: f})
+
+	f.serve = chain(
+		f.rateLimit,                    // ratelimit.go
+		f.bodyLimit,                    // bodylimit.go
+		bindLifetime(opts.Lifetime),    // lifetime.go
+		stripCaller(opts.CallerHeader), // caller.go
+	)(route( // route.go
+		setCaller(opts.CallerHeader, opts.Caller)(stateless), // modern
+		f.admitSession(f.trackCalls(stateful)),               // legacy: sessions.go, tracker.go
+	))
+	return f
+}
+
+// sdkHandlers builds the go-sdk's two Streamable HTTP handlers over srv:
+// stateful (legacy era, with store for resumable streams) and stateless
+// (modern era).
+func sdkHandlers(srv *mcp.Server, opts Options, store mcp.EventStore) (stateful, stateless http.Handler) {
 	getServer := func(*http.Request) *mcp.Server { return srv }
-	var stateful, stateless http.Handler
 	stateful = mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		EventStore: &trackingStore{EventStore: store, f: f},
+		EventStore: store,
 		// No SessionTimeout: the go-sdk's counts POSTs only, and would
-		// close a session whose host listens on a GET stream; f.limits
-		// closes idle sessions instead.
+		// close a session whose host listens on a GET stream; the
+		// front's session limits close idle sessions instead.
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		Logger:              opts.SDKLogger,
 
@@ -127,17 +144,7 @@ func New(srv *mcp.Server, opts Options) *Front {
 		stateful = verified(stateful)
 		stateless = verified(stateless)
 	}
-
-	f.serve = chain(
-		f.rateLimit,                    // ratelimit.go
-		f.bodyLimit,                    // bodylimit.go
-		bindLifetime(opts.Lifetime),    // lifetime.go
-		stripCaller(opts.CallerHeader), // caller.go
-	)(route( // route.go
-		setCaller(opts.CallerHeader, opts.Caller)(stateless), // modern
-		f.admitSession(f.trackCalls(stateful)),               // legacy: sessions.go, tracker.go
-	))
-	return f
+	return stateful, stateless
 }
 
 // chain applies steps so that the first is the outermost: a request meets
