@@ -15,17 +15,19 @@
 //     reaches the board, with errors that say what to change;
 //   - mapping device results and failures (offline, busy, timeout, board
 //     errors) to MCP tool results;
-//   - the HTTP front of /mcp: Origin allowlist, bearer tokens, body limits,
-//     per-session rate limits, session caps and the idle timeout
-//     (sessions.go), routing between the legacy (stateful,
-//     resumable) and modern (stateless) protocol eras over one go-sdk
-//     server, and withholding the result of a call the client cancelled.
+//   - through its sub-package mcphttp, the HTTP front of /mcp (Handler),
+//     behind the front door that checks Host, Origin and credentials. A
+//     request passes, in order: rateLimit (ratelimit.go), bodyLimit
+//     (bodylimit.go), bindLifetime (lifetime.go), stripCaller (caller.go),
+//     then route (route.go) by protocol era: modern requests get their
+//     caller identity (setCaller) and the stateless go-sdk handler; legacy
+//     ones pass session admission (sessions.go: caps, idle timeout) and
+//     cancellation tracking (tracker.go: the result of a call the client
+//     cancelled is withheld) to the stateful, resumable handler.
 //
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
 //
-// Lock order: Server.syncMu before Server.tombMu. Every other mutex (the
-// rate limiter's, the cancellation tracker's, the session limits') is a
-// leaf: nothing else is locked, and the go-sdk is not called, while it is
-// held.
+// Lock order: Server.syncMu before Server.tombMu. mcphttp's mutexes are
+// leaves.
 package mcpserver

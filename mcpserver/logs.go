@@ -3,13 +3,11 @@ package mcpserver
 import "github.com/devicebridge/devicebridge/internal/logthrottle"
 
 // callerLines are the MCP server's log lines that a caller can have
-// written at will, one request each: a refusal (rate, size, policy,
-// confirmation), a forged or replayed requestState, a call naming no
-// board or tool. Each kind has its own throttle: the first line at once,
+// written at will, one request each: a refusal (policy, confirmation; the
+// HTTP front's refusals, rate and size, are package mcphttp's), a forged
+// or replayed requestState, a call naming no board or tool. Each kind has its own throttle: the first line at once,
 // then one per interval with the count of those left out.
 type callerLines struct {
-	// The HTTP front (http.go).
-	rateLimited, tooBig logthrottle.Throttle
 	// Calls refused before the board (access.go, flowcall.go, compact.go).
 	denied, unconfirmed, unknownDevice, unknownTool logthrottle.Throttle
 	// Asking the user and the requestState of the modern era (flowcall.go).
@@ -18,6 +16,5 @@ type callerLines struct {
 	flowFailed logthrottle.Throttle
 }
 
-// lines are the server's callerLines. They live on its HTTP front, which
-// New builds before the server serves anything.
-func (s *Server) lines() *callerLines { return &s.http.lines }
+// lines are the server's callerLines.
+func (s *Server) lines() *callerLines { return &s.throttled }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
 
 // Observer is told about every request and notification the upstream MCP
@@ -53,4 +55,8 @@ func (s *Server) SessionCount() int {
 
 // SessionStats reports the legacy sessions' bounds at work: live sessions,
 // refused initializations, sessions closed for idling.
-func (s *Server) SessionStats() SessionStats { return s.http.limits.stats() }
+func (s *Server) SessionStats() SessionStats { return s.http.Stats() }
+
+// SessionStats describes the legacy MCP sessions (for metrics); package
+// mcphttp, which admits them, counts.
+type SessionStats = mcphttp.SessionStats

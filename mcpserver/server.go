@@ -18,7 +18,9 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
+	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
 
 // Defaults for Options fields left at zero.
@@ -36,6 +38,8 @@ const (
 	tombstoneTTL   = time.Hour
 	maxTombstones  = 4096
 	serverInfoName = "devicebridge"
+	// modernVersion is the first protocol version of the stateless era.
+	modernVersion = mcphttp.ModernVersion
 )
 
 // DefaultMaxSessions and DefaultMaxSessionsPerClient bound the legacy
@@ -174,7 +178,9 @@ type Server struct {
 	aliases Aliases // opts.Aliases, checked
 	log     *zap.Logger
 	mcp     *mcp.Server
-	http    *frontHandler
+	http    *mcphttp.Front
+	// throttled are the server's log lines a caller can repeat (logs.go).
+	throttled callerLines
 
 	cat atomic.Pointer[catalog]
 
@@ -273,7 +279,21 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if opts.Compact {
 		s.addCompactTools()
 	}
-	s.http = newFrontHandler(s)
+	s.http = mcphttp.New(s.mcp, mcphttp.Options{
+		MaxBodyBytes:         opts.MaxBodyBytes,
+		RateLimit:            opts.RateLimit,
+		RateBurst:            opts.RateBurst,
+		MaxSessions:          opts.MaxSessions,
+		MaxSessionsPerClient: opts.MaxSessionsPerClient,
+		SessionTimeout:       opts.SessionTimeout,
+		EventStoreBytes:      opts.EventStoreBytes,
+		Authenticated:        s.authenticated(),
+		Lifetime:             s.ctx,
+		CallerHeader:         headerCaller,
+		Caller:               statelessCaller,
+		Logger:               s.log,
+		SDKLogger:            sdkLogger(s.log.Named("http")),
+	})
 	return s, nil
 }
 
@@ -281,13 +301,18 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 // transport in process.
 func (s *Server) MCPServer() *mcp.Server { return s.mcp }
 
-// Handler serves /mcp (POST, GET and DELETE). Mount it behind the control
-// listener's front door: Host, Origin and credentials are checked there.
+// Handler serves /mcp (POST, GET and DELETE): the HTTP front of package
+// mcphttp. Mount it behind the control listener's front door: Host, Origin
+// and credentials are checked there.
 func (s *Server) Handler() http.Handler { return s.http }
 
 // Run keeps the upstream tools in step with the Hub until ctx ends or the
 // server closes. It syncs once before waiting for events.
 func (s *Server) Run(ctx context.Context) {
+	// One context that ends with either, for the loop and its pauses.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
 	sub := s.hub.Subscribe()
 	defer sub.Close()
 	s.Sync()
@@ -312,12 +337,10 @@ func (s *Server) Run(ctx context.Context) {
 			if changed {
 				pause = max(pause, minChangeGap)
 			}
-			if pause > 0 && !sleepCtx(ctx, s.ctx, pause) {
+			if pause > 0 && !ctxtime.Sleep(ctx, pause) {
 				return
 			}
 		case <-ctx.Done():
-			return
-		case <-s.ctx.Done():
 			return
 		}
 	}
@@ -333,26 +356,12 @@ const (
 	minChangeGap  = 100 * time.Millisecond
 )
 
-// sleepCtx waits for d; false if a or b ended first.
-func sleepCtx(a, b context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-a.Done():
-		return false
-	case <-b.Done():
-		return false
-	}
-}
-
 // Close ends every MCP session and stream and stops in-flight calls from
 // waiting. It does not wait for handlers the go-sdk still runs; they end as
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
-	s.http.limits.stop()
+	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
 	}

@@ -1,9 +1,9 @@
-package mcpserver
+package mcphttp
 
-// Bounds on legacy (stateful) MCP sessions. Each session holds a go-sdk
+// Session admission, legacy era. Each session holds a go-sdk
 // ServerSession, a goroutine and its stream bookkeeping until it closes, so
 // an outsider that keeps initializing could otherwise pile them up. The
-// front handler caps them globally (Options.MaxSessions) and per client
+// front caps them globally (Options.MaxSessions) and per client
 // (Options.MaxSessionsPerClient: the verified identity, else the client's
 // address), and closes a session once it has been idle for
 // Options.SessionTimeout.
@@ -25,6 +25,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/authn"
 	"github.com/devicebridge/devicebridge/internal/keyrate"
 )
 
@@ -264,20 +265,62 @@ func sessionClient(r *http.Request, identity string) string {
 	return "addr:" + keyrate.AddrKey(r.RemoteAddr)
 }
 
+// admitSession is the legacy route's session admission. A request of a
+// session keeps that session from idling out while it runs; a POST
+// without a session id, which makes the go-sdk open one, needs a free
+// slot under the caps, and is refused (refuseSession) when there is none.
+func (f *Front) admitSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sid := r.Header.Get(headerSessionID)
+		switch {
+		case sid != "":
+			if f.limits.begin(sid) {
+				defer f.limits.end(sid)
+			}
+		case r.Method == http.MethodPost:
+			identity := ""
+			if ti := authn.TokenInfoFrom(r.Context()); ti != nil {
+				identity = ti.UserID
+			}
+			res, full, wait := f.limits.reserve(sessionClient(r, identity))
+			if res == nil {
+				f.refuseSession(w, r, full, wait, messageOf(r).body)
+				return
+			}
+			// The session the handler issues, if any, takes the slot and
+			// is active until this request ends.
+			var issued string
+			w = &hookWriter{ResponseWriter: w, onHeader: func(h http.Header, code int) {
+				if id := issuedSession(h, code); id != "" {
+					res.admit(id)
+					issued = id
+				}
+			}}
+			defer func() {
+				if issued != "" {
+					f.limits.end(issued)
+				}
+				res.release()
+			}()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // refuseSession answers a request that would open a session past a cap:
 // 503 when the bridge is full, 429 when this client is, both with
 // Retry-After and, when the request's id can be read, a JSON-RPC error
 // whose data names the setting and the seconds to wait.
-func (h *frontHandler) refuseSession(w http.ResponseWriter, r *http.Request, full string, wait time.Duration, body []byte) {
+func (f *Front) refuseSession(w http.ResponseWriter, r *http.Request, full string, wait time.Duration, body []byte) {
 	status, setting := http.StatusServiceUnavailable, "mcp.max_sessions"
-	msg := fmt.Sprintf("the bridge holds its maximum of %d MCP sessions (mcp.max_sessions); retry later", h.limits.max)
+	msg := fmt.Sprintf("the bridge holds its maximum of %d MCP sessions (mcp.max_sessions); retry later", f.limits.max)
 	if full == refusedClient {
 		status, setting = http.StatusTooManyRequests, "mcp.max_sessions_per_client"
 		msg = fmt.Sprintf("this client holds its maximum of %d MCP sessions (mcp.max_sessions_per_client); "+
-			"end the sessions it no longer uses (DELETE /mcp with their Mcp-Session-Id) or retry later", h.limits.perClient)
+			"end the sessions it no longer uses (DELETE /mcp with their Mcp-Session-Id) or retry later", f.limits.perClient)
 	}
-	h.refusals.Warn(h.s.log, "mcp session refused: "+full, zap.String("remote", r.RemoteAddr),
-		zap.Int("max_sessions", h.limits.max), zap.Int("max_sessions_per_client", h.limits.perClient))
+	f.lines.refusals.Warn(f.log, "mcp session refused: "+full, zap.String("remote", r.RemoteAddr),
+		zap.Int("max_sessions", f.limits.max), zap.Int("max_sessions_per_client", f.limits.perClient))
 	secs := int((wait + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	id := leadingID(body)
@@ -310,13 +353,13 @@ const codeSessionLimit = -32000
 
 // closeIdleSession is sessionLimits.evict: it closes the session, which
 // reports back through trackingStore.SessionClosed.
-func (s *Server) closeIdleSession(sid string) {
-	for ss := range s.mcp.Sessions() {
+func (f *Front) closeIdleSession(sid string) {
+	for ss := range f.srv.Sessions() {
 		if ss.ID() == sid {
-			s.log.Debug("closing idle MCP session", zap.Duration("idle", s.opts.SessionTimeout))
+			f.log.Debug("closing idle MCP session", zap.Duration("idle", f.opts.SessionTimeout))
 			_ = ss.Close()
 			return
 		}
 	}
-	s.http.limits.closed(sid) // already gone
+	f.limits.closed(sid) // already gone
 }

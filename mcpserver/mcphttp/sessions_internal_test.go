@@ -1,4 +1,4 @@
-package mcpserver
+package mcphttp
 
 import (
 	"slices"

@@ -1,8 +1,9 @@
-package mcpserver
+package mcphttp
 
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -23,6 +24,34 @@ import (
 // This works around an SDK gap tracked upstream as go-sdk issues #1235 and
 // #1259 (pull request #1267 adds the fix: no response for a request the
 // peer cancelled). Once a release we use has it, the tracker can go.
+
+// trackCalls is the legacy route's bookkeeping of cancellations: it
+// learns the session ids the stateful handler issues, records the calls a
+// POST of such a session starts and cancels (the tracker ignores ids it
+// did not see issued), and withholds from the live stream
+// the result of a call the client cancelled (trackingStore keeps it out of
+// replays).
+func (f *Front) trackCalls(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sid := r.Header.Get(headerSessionID)
+		hw := &hookWriter{ResponseWriter: w}
+		if sid == "" {
+			hw.onHeader = func(h http.Header, code int) {
+				if id := issuedSession(h, code); id != "" {
+					f.tracker.add(id)
+				}
+			}
+		} else {
+			if r.Method == http.MethodPost {
+				info := messageOf(r).info
+				f.tracker.started(sid, info.calls)
+				f.tracker.cancelled(sid, info.cancels)
+			}
+			hw.skip = func(p []byte) bool { return f.tracker.dropWritten(sid, p) }
+		}
+		next.ServeHTTP(hw, r)
+	})
+}
 
 const (
 	// suppressTTL bounds how long a cancelled call's result is waited for.

@@ -1,0 +1,30 @@
+// Package mcphttp is the HTTP front of /mcp: what happens to a request
+// between the control listener's front door (package frontdoor, which
+// checks Host, Origin and, with authn.Guard, credentials; mount Front
+// behind it) and the go-sdk's Streamable HTTP handlers of one MCP server.
+//
+// A request goes through these steps, in this order, each in its own file:
+//
+//  1. rateLimit (ratelimit.go): mcp.rate_limit per known legacy session,
+//     else per client; 429 with Retry-After.
+//  2. bodyLimit (bodylimit.go): reads a POST body up to
+//     mcp.max_body_bytes (413, with a JSON-RPC error when the id is
+//     readable), re-buffers it, and puts what classify (classify.go) makes
+//     of it in the request's context for the steps below.
+//  3. bindLifetime (lifetime.go): the request ends when the server closes.
+//  4. stripCaller (caller.go): the client cannot send a caller identity.
+//  5. route (route.go): the protocol era picks the handler.
+//     - modern: setCaller (caller.go) sets the caller identity of
+//     interactions, then the stateless go-sdk handler.
+//     - legacy: admitSession (sessions.go: session caps, the idle
+//     clock), trackCalls (tracker.go: withholding the result of a call
+//     the client cancelled), then the stateful go-sdk handler, whose event
+//     store (store.go) does the same for replays and forgets a closed
+//     session.
+//
+// front.go builds the two handlers and the chain (New).
+//
+// Every mutex here (the rate limiter's, the cancellation tracker's, the
+// session limits') is a leaf: nothing else is locked, and the go-sdk is
+// not called, while it is held.
+package mcphttp
