@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,443 @@ import (
 
 // opTimeout bounds one directory operation.
 const opTimeout = 5 * time.Second
+
+// remoteBoard is a board another node holds, as the directory says. It is
+// never changed once in directory.remote (a new record makes a new one),
+// so it may be read after the lock is dropped.
+type remoteBoard struct {
+	rev     uint64
+	info    device.Info
+	catalog string    // digest of its tools
+	seen    time.Time // when this node first read the record
+	// claimed, released: the record's flags (see Record).
+	claimed, released bool
+}
+
+// ownRecord is what this node wrote for one of its own boards.
+type ownRecord struct {
+	rev      uint64
+	deviceID string
+	catalog  string
+}
+
+// directory is this node's view of the fleet directory: the records it
+// wrote for its own boards, the boards other nodes hold, which nodes are
+// alive, and the tool catalogs it has read or written. Its methods only
+// read and change memory; the Node does the I/O around them.
+// Invariant: claimed ⊆ owned, placed ⊆ alive = keys(beats), lapsed ∩ alive = ∅, and owned gains nothing once stopped.
+type directory struct {
+	mu      sync.Mutex
+	stopped bool
+	// This node's own boards.
+	owned    map[string]ownRecord // key → what this node wrote for its own board
+	claimed  map[string]string    // key → device id of an owned board held by claim (ShareBoards)
+	lost     map[string]string    // key → device id of an own record another node deleted
+	yielded  map[string]uint64    // key → generation of the local session that yielded it
+	unerased map[string]ownRecord // key → own record whose delete failed (cut off); retried on resync
+	// The other nodes and their boards.
+	remote  map[string]*remoteBoard // key → board another node holds
+	alive   map[string]time.Time    // node → when its last heartbeat arrived (local clock)
+	beatRev map[string]uint64       // node → revision of its last heartbeat seen
+	beats   map[string]Heartbeat    // node → its last heartbeat
+	placed  map[string]int          // node → boards sent there (Placed) since its last heartbeat
+	lapsed  map[string]bool         // nodes this node saw die (until they beat again)
+	// Tool catalogs.
+	toolsOf map[string][]device.Tool // catalog digest → tools
+	stored  map[string]time.Time     // catalog digest → when this node last wrote it
+}
+
+func newDirectory() *directory {
+	return &directory{owned: map[string]ownRecord{}, claimed: map[string]string{}, lost: map[string]string{},
+		yielded: map[string]uint64{}, unerased: map[string]ownRecord{}, remote: map[string]*remoteBoard{},
+		alive: map[string]time.Time{}, beatRev: map[string]uint64{}, beats: map[string]Heartbeat{},
+		placed: map[string]int{}, lapsed: map[string]bool{}, toolsOf: map[string][]device.Tool{},
+		stored: map[string]time.Time{}}
+}
+
+// stop makes the directory take no more own records.
+func (d *directory) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+}
+
+// leave empties the own records for Stop: every record this node wrote,
+// those whose delete failed included, and which of them are held by claim.
+func (d *directory) leave() (owned map[string]ownRecord, claimed map[string]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	owned, claimed = d.owned, d.claimed
+	d.owned, d.claimed = map[string]ownRecord{}, map[string]string{}
+	for key, o := range d.unerased {
+		owned[key] = o
+	}
+	d.unerased = map[string]ownRecord{}
+	return owned, claimed
+}
+
+// ownRev is the revision of this node's record for key (0: none).
+func (d *directory) ownRev(key string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.owned[key].rev
+}
+
+// own notes the record this node wrote for one of its boards.
+func (d *directory) own(key string, o ownRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.unerased, key)
+	if !d.stopped {
+		d.owned[key] = o
+	}
+}
+
+// disown forgets a board that left this node: its record, and whether it
+// was held by claim (ok false: this node had no record of it).
+func (d *directory) disown(key string, generation uint64) (o ownRecord, ok, claimed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok = d.owned[key]
+	_, claimed = d.claimed[key]
+	delete(d.owned, key)
+	delete(d.claimed, key)
+	delete(d.lost, key)
+	if d.yielded[key] == generation {
+		delete(d.yielded, key)
+	}
+	return o, ok, claimed
+}
+
+// yield forgets a board another node now holds; a local session still
+// open (closing) is remembered by generation, so that it is not written
+// again while it closes.
+func (d *directory) yield(key string, generation uint64, closing bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.owned, key)
+	delete(d.claimed, key)
+	delete(d.lost, key)
+	if closing {
+		d.yielded[key] = generation
+	}
+}
+
+// hasYielded: the local session of that generation yielded the board.
+func (d *directory) hasYielded(key string, generation uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.yielded[key] == generation && generation != 0
+}
+
+// takeUnerased hands over the own records whose delete is to be retried.
+func (d *directory) takeUnerased() map[string]ownRecord {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	left := d.unerased
+	d.unerased = map[string]ownRecord{}
+	return left
+}
+
+// unerasedRecord keeps a record whose delete failed, unless the board is
+// this node's again or the node stopped.
+func (d *directory) unerasedRecord(key string, o ownRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, mine := d.owned[key]; !mine && !d.stopped {
+		d.unerased[key] = o
+	}
+}
+
+// takeLost hands over the own boards whose records another node deleted.
+func (d *directory) takeLost() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	lost := d.lost
+	d.lost = map[string]string{}
+	return lost
+}
+
+// heldElsewhere: this node has no record of the board and a live node
+// holds it (Claims.HeldElsewhere).
+func (d *directory) heldElsewhere(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.owned[key].rev == 0 && d.liveHolder(key)
+}
+
+// liveHolder: another node this node sees alive holds the board's record
+// and has not released it (d.mu held).
+func (d *directory) liveHolder(key string) bool {
+	b := d.remote[key]
+	if b == nil || b.released {
+		return false
+	}
+	_, alive := d.alive[b.info.Node]
+	return alive
+}
+
+// claimOwn is what Claim knows without I/O: held, when this node has a
+// record of the board (it is then held by claim too); elsewhere, when a
+// live node holds it.
+func (d *directory) claimOwn(key, deviceID string) (held, elsewhere bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return false, false, ErrStopped
+	}
+	if d.owned[key].rev != 0 {
+		d.claimed[key] = deviceID
+		return true, false, nil
+	}
+	return false, d.liveHolder(key), nil
+}
+
+// noteClaim notes a claim this node wrote at rev.
+func (d *directory) noteClaim(key, deviceID string, rev uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return ErrStopped
+	}
+	d.owned[key] = ownRecord{rev: rev, deviceID: deviceID}
+	d.claimed[key] = deviceID
+	return nil
+}
+
+// release forgets a board held by claim and returns the revision of its
+// record; false if not held by claim or stopped.
+func (d *directory) release(key string) (uint64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.claimed[key]; !ok || d.stopped {
+		return 0, false
+	}
+	rev := d.owned[key].rev
+	delete(d.claimed, key)
+	delete(d.owned, key)
+	return rev, true
+}
+
+// liveness: whether this node sees node alive, or saw it die.
+func (d *directory) liveness(node string) (alive, lapsed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, alive = d.alive[node]
+	return alive, d.lapsed[node]
+}
+
+// heartbeat notes node alive as of now. fresh is false for a heartbeat
+// already seen (a restarted watch replays the last one, which says nothing
+// about the node being alive now); joined, when the node was not alive,
+// with the Online events of its boards.
+func (d *directory) heartbeat(node string, rev uint64, hb Heartbeat) (events []device.Event, joined, fresh bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.beatRev[node] == rev {
+		return nil, false, false
+	}
+	d.beatRev[node] = rev
+	_, was := d.alive[node]
+	d.alive[node] = time.Now()
+	d.beats[node] = hb
+	delete(d.placed, node)
+	delete(d.lapsed, node)
+	if !was {
+		for _, b := range d.remote {
+			if b.info.Node == node {
+				events = append(events, device.Event{Type: device.EventOnline, DeviceID: b.info.DeviceID, Info: b.info})
+			}
+		}
+	}
+	return events, !was, true
+}
+
+// nodeGone forgets a node and takes its boards out of the remote view;
+// was: it was alive.
+func (d *directory) nodeGone(node string) (was bool, gone map[string]*remoteBoard) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, was = d.alive[node]
+	delete(d.alive, node)
+	delete(d.beats, node)
+	delete(d.placed, node)
+	d.lapsed[node] = true
+	gone = map[string]*remoteBoard{}
+	for key, b := range d.remote {
+		if b.info.Node == node {
+			gone[key] = b
+			delete(d.remote, key)
+		}
+	}
+	return was, gone
+}
+
+// overdue finds the nodes whose last heartbeat is older than deadAfter
+// and, with orphans set, the boards whose node this node has not seen
+// alive for offlineAfter since it first read their record.
+func (d *directory) overdue(now time.Time, deadAfter, offlineAfter time.Duration, orphans bool) (dead, orphaned []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for node, seen := range d.alive {
+		if now.Sub(seen) > deadAfter {
+			dead = append(dead, node)
+		}
+	}
+	if orphans {
+		for key, b := range d.remote {
+			if _, ok := d.alive[b.info.Node]; !ok && now.Sub(b.seen) > offlineAfter {
+				orphaned = append(orphaned, key)
+			}
+		}
+	}
+	return dead, orphaned
+}
+
+// forgetDeaths bounds lapsed: node ids are not reused, so old deaths are
+// forgotten.
+func (d *directory) forgetDeaths() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.lapsed) > 1024 {
+		d.lapsed = map[string]bool{}
+	}
+}
+
+// removed takes a deleted record's board out of the remote view. shown:
+// its node is alive (the board was listed). repair: the record was this
+// node's own, deleted by another node that took this node for dead; it is
+// noted in lost, to be written again.
+func (d *directory) removed(key string, rev uint64) (b *remoteBoard, shown, repair bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b = d.remote[key]
+	delete(d.remote, key)
+	_, shown = d.alive[nodeOf(b)]
+	if o, mine := d.owned[key]; mine && rev > o.rev {
+		d.lost[key] = o.deviceID
+		repair = true
+	}
+	return b, shown, repair
+}
+
+// dropRemote takes a board out of the remote view and returns it (nil if
+// it was not there).
+func (d *directory) dropRemote(key string) *remoteBoard {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.remote[key]
+	delete(d.remote, key)
+	return b
+}
+
+// putRemote puts a board another node holds into the remote view, keeping
+// when this node first saw it on that node. old is what it replaces;
+// shown: its node is alive.
+func (d *directory) putRemote(key string, b *remoteBoard) (old *remoteBoard, shown bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old = d.remote[key]
+	b.seen = time.Now()
+	if old != nil && old.info.Node == b.info.Node {
+		b.seen = old.seen
+	}
+	d.remote[key] = b
+	_, shown = d.alive[b.info.Node]
+	return old, shown
+}
+
+// devices are the boards live nodes hold, released ones left out.
+func (d *directory) devices() []device.Info {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]device.Info, 0, len(d.remote))
+	for _, b := range d.remote {
+		if _, ok := d.alive[b.info.Node]; ok && !b.released {
+			info := b.info
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// device is one board a live node holds, unless released.
+func (d *directory) device(key string) (device.Info, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.remote[key]
+	if !ok || b.released {
+		return device.Info{}, false
+	}
+	if _, alive := d.alive[b.info.Node]; !alive {
+		return device.Info{}, false
+	}
+	return b.info, true
+}
+
+// liveBeats are the last heartbeats of the nodes seen within deadAfter,
+// each Boards raised by the boards placed there since.
+func (d *directory) liveBeats(now time.Time, deadAfter time.Duration) []Heartbeat {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Heartbeat
+	for node, hb := range d.beats {
+		seen, ok := d.alive[node]
+		if !ok || now.Sub(seen) > deadAfter {
+			continue
+		}
+		hb.Boards += d.placed[node]
+		out = append(out, hb)
+	}
+	return out
+}
+
+// place counts a board sent to node, if its heartbeat is known.
+func (d *directory) place(node string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.beats[node]; ok {
+		d.placed[node]++
+	}
+}
+
+// storedAt is when this node last wrote the catalog (false: never).
+func (d *directory) storedAt(digest string) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.stored[digest]
+	return at, ok
+}
+
+// wrote notes a catalog this node wrote at a time.
+func (d *directory) wrote(digest string, at time.Time, tools []device.Tool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stored[digest] = at
+	d.toolsOf[digest] = tools
+}
+
+// tools is the cached tool list of a catalog.
+func (d *directory) tools(digest string) ([]device.Tool, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tools, ok := d.toolsOf[digest]
+	return tools, ok
+}
+
+// read caches a catalog read from the bucket.
+func (d *directory) read(digest string, tools []device.Tool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.toolsOf[digest] = tools
+}
+
+// forget drops a deleted catalog from the cache.
+func (d *directory) forget(digest string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.toolsOf, digest)
+}
 
 // publishLocal writes this node's boards to the directory as the Hub's
 // events say they change, in order: online and tools changed put the
@@ -70,11 +508,7 @@ func (n *Node) resyncLocal() {
 // would list them on this node for good. A board that is back on this node
 // meanwhile is left to the resync's put.
 func (n *Node) eraseLeft() {
-	n.mu.Lock()
-	left := n.unerased
-	n.unerased = map[string]ownRecord{}
-	n.mu.Unlock()
-	for key, o := range left {
+	for key, o := range n.dir.takeUnerased() {
 		if _, back := n.hub.Session(o.deviceID); back {
 			continue
 		}
@@ -97,11 +531,7 @@ func (n *Node) erase(key string, o ownRecord) {
 	if n.nc.IsConnected() {
 		n.obs.DirectoryWriteFailed("boards")
 	}
-	n.mu.Lock()
-	if _, mine := n.owned[key]; !mine && !n.stopped {
-		n.unerased[key] = o
-	}
-	n.mu.Unlock()
+	n.dir.unerasedRecord(key, o)
 	n.dirty.Store(true)
 }
 
@@ -109,11 +539,7 @@ func (n *Node) erase(key string, o ownRecord) {
 // node deleted, taking this node for dead (a partition longer than the
 // offline window, seen from the other side).
 func (n *Node) repairLost() {
-	n.mu.Lock()
-	lost := n.lost
-	n.lost = map[string]string{}
-	n.mu.Unlock()
-	for _, id := range lost {
+	for _, id := range n.dir.takeLost() {
 		if s, ok := n.hub.Session(id); ok {
 			if info := s.Info(); info.State != device.StateClosed {
 				n.putBoard(info)
@@ -133,9 +559,7 @@ func (n *Node) storeCatalog(ctx context.Context, tools []device.Tool) string {
 		return ""
 	}
 	d, data := digest(tools)
-	n.mu.Lock()
-	at, known := n.stored[d]
-	n.mu.Unlock()
+	at, known := n.dir.storedAt(d)
 	if known && time.Since(at) < n.cfg.CatalogGrace/4 {
 		return d
 	}
@@ -146,10 +570,7 @@ func (n *Node) storeCatalog(ctx context.Context, tools []device.Tool) string {
 		n.log.Warn("could not store a tool catalog; other nodes see the board without tools until the next try", zap.Error(err))
 		return d
 	}
-	n.mu.Lock()
-	n.stored[d] = now
-	n.toolsOf[d] = tools
-	n.mu.Unlock()
+	n.dir.wrote(d, now, tools)
 	return d
 }
 
@@ -164,10 +585,7 @@ func (n *Node) putBoard(info device.Info) {
 		return
 	}
 	key := keyFor(info.DeviceID)
-	n.mu.Lock()
-	lost := n.yielded[key] == info.Generation && info.Generation != 0
-	n.mu.Unlock()
-	if lost {
+	if n.dir.hasYielded(key, info.Generation) {
 		// This session yielded the board to a newer connection elsewhere
 		// and is closing: writing it now would take the board back.
 		return
@@ -180,18 +598,11 @@ func (n *Node) putBoard(info device.Info) {
 		Generation: info.Generation, Claimed: n.sharedTransport(info.Transport)}
 	data, _ := json.Marshal(rec)
 	own := func(rev uint64) {
-		n.mu.Lock()
-		delete(n.unerased, key)
-		if !n.stopped {
-			n.owned[key] = ownRecord{rev: rev, deviceID: info.DeviceID, catalog: rec.Catalog}
-		}
-		n.mu.Unlock()
+		n.dir.own(key, ownRecord{rev: rev, deviceID: info.DeviceID, catalog: rec.Catalog})
 	}
 	var err error
 	for attempt := 0; attempt < 4 && ctx.Err() == nil; attempt++ {
-		n.mu.Lock()
-		mine := n.owned[key].rev
-		n.mu.Unlock()
+		mine := n.dir.ownRev(key)
 		var entry jetstream.KeyValueEntry
 		var rev uint64
 		entry, err = n.boards.Get(ctx, key)
@@ -245,16 +656,7 @@ func (n *Node) putBoard(info device.Info) {
 // and a survivor adopts it at once.
 func (n *Node) deleteBoard(info device.Info) {
 	key := keyFor(info.DeviceID)
-	n.mu.Lock()
-	o, ok := n.owned[key]
-	_, claimed := n.claimed[key]
-	delete(n.owned, key)
-	delete(n.claimed, key)
-	delete(n.lost, key)
-	if n.yielded[key] == info.Generation {
-		delete(n.yielded, key)
-	}
-	n.mu.Unlock()
+	o, ok, claimed := n.dir.disown(key, info.Generation)
 	if !ok {
 		return
 	}
@@ -273,14 +675,11 @@ func (n *Node) deleteBoard(info device.Info) {
 func (n *Node) yield(deviceID, other string) {
 	key := keyFor(deviceID)
 	s, ok := n.hub.Session(deviceID)
-	n.mu.Lock()
-	delete(n.owned, key)
-	delete(n.claimed, key)
-	delete(n.lost, key)
+	var generation uint64
 	if ok {
-		n.yielded[key] = s.Info().Generation
+		generation = s.Info().Generation
 	}
-	n.mu.Unlock()
+	n.dir.yield(key, generation, ok)
 	if !ok {
 		return
 	}
@@ -305,9 +704,9 @@ func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.Ke
 		return fmt.Errorf("cluster: watch %s: %w", name, err)
 	}
 	again := make(chan struct{}, 1)
-	n.mu.Lock()
+	n.rewatchMu.Lock()
 	n.rewatch = append(n.rewatch, again)
-	n.mu.Unlock()
+	n.rewatchMu.Unlock()
 	n.goOwned(func() {
 		defer func() {
 			if w != nil {
@@ -373,29 +772,11 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 		n.log.Debug("unreadable heartbeat", zap.String("peer", node), zap.Error(err))
 	}
 	hb.Node = node
-	n.mu.Lock()
-	if n.beatRev[node] == e.Revision() {
-		// The same heartbeat again: a restarted watch replays the last
-		// one, which says nothing about the node being alive now.
-		n.mu.Unlock()
+	events, joined, fresh := n.dir.heartbeat(node, e.Revision(), hb)
+	if !fresh {
 		return
 	}
-	n.beatRev[node] = e.Revision()
-	_, was := n.alive[node]
-	n.alive[node] = time.Now()
-	n.beats[node] = hb
-	delete(n.placed, node)
-	delete(n.lapsed, node)
-	var events []device.Event
-	if !was {
-		for _, b := range n.remote {
-			if b.info.Node == node {
-				events = append(events, device.Event{Type: device.EventOnline, DeviceID: b.info.DeviceID, Info: b.info})
-			}
-		}
-	}
-	n.mu.Unlock()
-	if !was {
+	if joined {
 		n.log.Info("node joined the fleet", zap.String("peer", node), zap.Int("boards", len(events)))
 	}
 	n.announce(events)
@@ -405,17 +786,12 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
-		n.mu.Lock()
-		b := n.remote[key]
-		delete(n.remote, key)
-		_, shown := n.alive[nodeOf(b)]
-		if o, mine := n.owned[key]; mine && e.Revision() > o.rev {
+		b, shown, repair := n.dir.removed(key, e.Revision())
+		if repair {
 			// Another node deleted the record of a board this node still
 			// holds: it took this node for dead. Write it again.
-			n.lost[key] = o.deviceID
 			wake(n.repairs)
 		}
-		n.mu.Unlock()
 		if b != nil && shown && !b.released {
 			n.announce([]device.Event{offline(b.info, "the board went offline")})
 		}
@@ -436,36 +812,21 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		return
 	}
 	if rec.Node == n.cfg.NodeID {
-		n.mu.Lock()
-		delete(n.remote, key)
-		n.mu.Unlock()
+		n.dir.dropRemote(key)
 		return
 	}
-	n.mu.Lock()
-	mine := n.owned[key].rev
-	n.mu.Unlock()
-	if mine != 0 && e.Revision() > mine {
+	if mine := n.dir.ownRev(key); mine != 0 && e.Revision() > mine {
 		n.yield(rec.DeviceID, rec.Node)
 	}
 	info := device.Info{Identity: device.Identity{DeviceID: rec.DeviceID, ClientID: rec.ClientID, Transport: rec.Transport,
 		HasMCP: rec.HasMCP}, State: parseState(rec.State), Board: rec.Board, FirmwareVersion: rec.FirmwareVersion,
 		Tools: n.catalog(rec.Catalog), ConnectedAt: rec.ConnectedAt, ReadyAt: rec.ReadyAt, Generation: rec.Generation,
 		Node: rec.Node}
-	n.mu.Lock()
-	old := n.remote[key]
-	seen := time.Now()
-	if old != nil && old.info.Node == rec.Node {
-		seen = old.seen
-	}
-	b := &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, seen: seen, claimed: rec.Claimed, released: rec.Released}
-	n.remote[key] = b
-	_, shown := n.alive[rec.Node]
+	b := &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, claimed: rec.Claimed, released: rec.Released}
+	old, shown := n.dir.putRemote(key, b)
 	wasShown := shown && old != nil && !old.released
 	if rec.Released {
-		n.offerAdoption(key, b) // its holder is stopping; one survivor takes it
-	}
-	n.mu.Unlock()
-	if rec.Released {
+		n.claims.offer(key, b) // its holder is stopping; one survivor takes it
 		if wasShown {
 			n.announce([]device.Event{offline(old.info, "node "+rec.Node+" handed the board over")})
 		}
@@ -509,9 +870,7 @@ func (n *Node) catalog(d string) []device.Tool {
 	if d == "" {
 		return nil
 	}
-	n.mu.Lock()
-	tools, ok := n.toolsOf[d]
-	n.mu.Unlock()
+	tools, ok := n.dir.tools(d)
 	if ok {
 		return tools
 	}
@@ -525,9 +884,7 @@ func (n *Node) catalog(d string) []device.Tool {
 	if err := json.Unmarshal(e.Value(), &tools); err != nil {
 		return nil
 	}
-	n.mu.Lock()
-	n.toolsOf[d] = tools
-	n.mu.Unlock()
+	n.dir.read(d, tools)
 	return tools
 }
 
@@ -587,60 +944,24 @@ func (n *Node) deadAfter() time.Duration { return n.cfg.OfflineAfter * 2 / 3 }
 // whose owner is not alive (nodes that died before this one started).
 func (n *Node) reap() {
 	now := time.Now()
-	var dead []string
-	var orphans []string
-	n.mu.Lock()
-	for node, seen := range n.alive {
-		if now.Sub(seen) > n.deadAfter() {
-			dead = append(dead, node)
-		}
-	}
-	if now.Sub(n.started) > n.cfg.OfflineAfter {
-		for key, b := range n.remote {
-			if _, ok := n.alive[b.info.Node]; !ok && now.Sub(b.seen) > n.cfg.OfflineAfter {
-				orphans = append(orphans, key)
-			}
-		}
-	}
-	n.mu.Unlock()
+	dead, orphans := n.dir.overdue(now, n.deadAfter(), n.cfg.OfflineAfter, now.Sub(n.started) > n.cfg.OfflineAfter)
 	for _, node := range dead {
 		n.nodeDead(node, "its heartbeat lapsed")
 	}
 	for _, key := range orphans {
-		n.mu.Lock()
-		b := n.remote[key]
-		delete(n.remote, key)
-		n.mu.Unlock()
-		if b != nil {
+		if b := n.dir.dropRemote(key); b != nil {
 			n.cleanUp(key, b)
 		}
 	}
-	n.mu.Lock()
-	if len(n.lapsed) > 1024 {
-		n.lapsed = map[string]bool{} // node ids are not reused; forget old deaths
-	}
-	n.mu.Unlock()
+	n.dir.forgetDeaths()
 }
 
 // nodeDead shows a node's boards offline and deletes their records (each
 // delete conditional on the revision seen, so a board that meanwhile
 // connected elsewhere is left alone).
 func (n *Node) nodeDead(node, why string) {
-	n.mu.Lock()
-	_, was := n.alive[node]
-	delete(n.alive, node)
-	delete(n.beats, node)
-	delete(n.placed, node)
-	n.lapsed[node] = true
-	gone := map[string]*remoteBoard{}
-	for key, b := range n.remote {
-		if b.info.Node == node {
-			gone[key] = b
-			delete(n.remote, key)
-		}
-	}
-	n.mu.Unlock()
-	n.failOutgoing(node, fmt.Errorf("%w: node %s %s while the call ran; its outcome is unknown", device.ErrOffline, node, why))
+	was, gone := n.dir.nodeGone(node)
+	n.router.fail(node, fmt.Errorf("%w: node %s %s while the call ran; its outcome is unknown", device.ErrOffline, node, why))
 	if !was && len(gone) == 0 {
 		return
 	}
@@ -671,9 +992,7 @@ func (n *Node) cleanUp(key string, b *remoteBoard) {
 		return
 	}
 	if b.claimed {
-		n.mu.Lock()
-		n.offerAdoption(key, b)
-		n.mu.Unlock()
+		n.claims.offer(key, b)
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
@@ -682,32 +1001,10 @@ func (n *Node) cleanUp(key string, b *remoteBoard) {
 }
 
 // Devices lists the boards other live nodes hold (device.Remote).
-func (n *Node) Devices() []device.Info {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]device.Info, 0, len(n.remote))
-	for _, b := range n.remote {
-		if _, ok := n.alive[b.info.Node]; ok && !b.released {
-			info := b.info
-			out = append(out, info)
-		}
-	}
-	return out
-}
+func (n *Node) Devices() []device.Info { return n.dir.devices() }
 
 // Device finds a board another live node holds (device.Remote).
-func (n *Node) Device(deviceID string) (device.Info, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	b, ok := n.remote[keyFor(deviceID)]
-	if !ok || b.released {
-		return device.Info{}, false
-	}
-	if _, alive := n.alive[b.info.Node]; !alive {
-		return device.Info{}, false
-	}
-	return b.info, true
-}
+func (n *Node) Device(deviceID string) (device.Info, bool) { return n.dir.device(keyFor(deviceID)) }
 
 // self is this node's heartbeat as of now.
 func (n *Node) self() Heartbeat {
@@ -726,17 +1023,7 @@ func (n *Node) self() Heartbeat {
 func (n *Node) Nodes() []Heartbeat {
 	self := n.self()
 	now := time.Now()
-	n.mu.Lock()
-	out := []Heartbeat{self}
-	for node, hb := range n.beats {
-		seen, ok := n.alive[node]
-		if !ok || now.Sub(seen) > n.deadAfter() {
-			continue
-		}
-		hb.Boards += n.placed[node]
-		out = append(out, hb)
-	}
-	n.mu.Unlock()
+	out := append([]Heartbeat{self}, n.dir.liveBeats(now, n.deadAfter())...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
@@ -748,9 +1035,5 @@ func (n *Node) Placed(node string) {
 	if node == n.cfg.NodeID {
 		return
 	}
-	n.mu.Lock()
-	if _, ok := n.beats[node]; ok {
-		n.placed[node]++
-	}
-	n.mu.Unlock()
+	n.dir.place(node)
 }
