@@ -6,8 +6,10 @@
 // store for flow tokens.
 //
 // A Node's state is in three parts, each behind its own mutex:
-//   - directory (directory.go, gc.go): its own records, the other nodes'
-//     boards and heartbeats, and the tool catalogs;
+//   - directory (directory.go): its own records, the other nodes' boards
+//     and heartbeats, and the tool catalogs. The Node's I/O around it is
+//     in publish.go (its own boards), view.go (the other nodes) and gc.go
+//     (unreferenced catalogs);
 //   - router (calls.go): the routed calls in flight, both ways;
 //   - claimState (claims.go): what ShareBoards set up and the claims
 //     goroutine's queue of releases and adoptions.
