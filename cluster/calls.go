@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -94,12 +95,7 @@ func (n *Node) serveCalls() error {
 		return fmt.Errorf("cluster: subscribe to calls: %w", err)
 	}
 	cancel, err := n.nc.Subscribe(n.subject("cancel", n.cfg.NodeID), func(m *nats.Msg) {
-		n.mu.Lock()
-		c := n.inflight[string(m.Data)]
-		n.mu.Unlock()
-		if c != nil {
-			c(context.Canceled)
-		}
+		n.router.cancelAnswer(string(m.Data))
 	})
 	if err != nil {
 		_ = call.Unsubscribe()
@@ -214,14 +210,8 @@ func (n *Node) answer(m *nats.Msg) {
 	}
 	id := m.Header.Get(hdrCallID)
 	if id != "" {
-		n.mu.Lock()
-		n.inflight[id] = cancel
-		n.mu.Unlock()
-		defer func() {
-			n.mu.Lock()
-			delete(n.inflight, id)
-			n.mu.Unlock()
-		}()
+		n.router.answering(id, cancel)
+		defer n.router.answered(id)
 	}
 	start := time.Now()
 	res, err := n.hub.CallLocal(ctx, req.DeviceID, req.Tool, req.Arguments)
@@ -304,10 +294,10 @@ func (n *Node) callRemote(ctx context.Context, info device.Info, tool string, ar
 	id := nats.NewInbox()[len(nats.InboxPrefix):]
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if !n.trackOutgoing(info.Node, id, cancel) {
+	if !n.router.track(info.Node, id, cancel) {
 		return nil, fmt.Errorf("%w: this node has left the fleet", device.ErrShutdown)
 	}
-	defer n.untrackOutgoing(info.Node, id)
+	defer n.router.untrack(info.Node, id)
 	msg := &nats.Msg{Subject: n.subject("call", info.Node, keyFor(info.DeviceID)), Data: data, Header: nats.Header{}}
 	msg.Header.Set(hdrCallID, id)
 	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
@@ -339,40 +329,99 @@ func (n *Node) callRemote(ctx context.Context, info device.Info, tool string, ar
 	return r.Result, nil
 }
 
-func (n *Node) trackOutgoing(node, id string, cancel context.CancelCauseFunc) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped {
+// router knows the routed calls in flight through this node, so that
+// each can be cancelled from outside the goroutine that runs it.
+// Invariant: once stopped, every call it knew of is cancelled and it takes
+// no new outgoing call.
+type router struct {
+	mu      sync.Mutex
+	stopped bool
+	// inflight: calls this node answers for another node, by call id (the
+	// caller's cancellation names it).
+	inflight map[string]context.CancelCauseFunc
+	// outgoing: calls this node routed and waits for, by holder node and
+	// call id, so that they end as offline when the holder is declared
+	// dead or this node loses NATS (the answer can no longer come).
+	outgoing map[string]map[string]context.CancelCauseFunc
+}
+
+func newRouter() *router {
+	return &router{inflight: map[string]context.CancelCauseFunc{}, outgoing: map[string]map[string]context.CancelCauseFunc{}}
+}
+
+// answering notes a call this node answers; answered forgets it.
+func (r *router) answering(id string, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	r.inflight[id] = cancel
+	r.mu.Unlock()
+}
+
+func (r *router) answered(id string) {
+	r.mu.Lock()
+	delete(r.inflight, id)
+	r.mu.Unlock()
+}
+
+// cancelAnswer cancels a call this node answers, as its caller asked.
+func (r *router) cancelAnswer(id string) {
+	r.mu.Lock()
+	c := r.inflight[id]
+	r.mu.Unlock()
+	if c != nil {
+		c(context.Canceled)
+	}
+}
+
+// track notes a call this node routed to node; false once stopped.
+func (r *router) track(node, id string, cancel context.CancelCauseFunc) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
 		return false
 	}
-	calls := n.outgoing[node]
+	calls := r.outgoing[node]
 	if calls == nil {
 		calls = map[string]context.CancelCauseFunc{}
-		n.outgoing[node] = calls
+		r.outgoing[node] = calls
 	}
 	calls[id] = cancel
 	return true
 }
 
-func (n *Node) untrackOutgoing(node, id string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.outgoing[node], id)
-	if len(n.outgoing[node]) == 0 {
-		delete(n.outgoing, node)
+func (r *router) untrack(node, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.outgoing[node], id)
+	if len(r.outgoing[node]) == 0 {
+		delete(r.outgoing, node)
 	}
 }
 
-// failOutgoing ends the calls waiting for an answer from node (every node
-// when ""): that answer can no longer come.
-func (n *Node) failOutgoing(node string, cause error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for holder, calls := range n.outgoing {
+// fail ends the calls waiting for an answer from node (every node when
+// ""): that answer can no longer come.
+func (r *router) fail(node string, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for holder, calls := range r.outgoing {
 		if node == "" || holder == node {
 			for _, c := range calls {
 				c(cause)
 			}
+		}
+	}
+}
+
+// stop cancels every call, both ways, and refuses new outgoing ones.
+func (r *router) stop(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	for _, c := range r.inflight {
+		c(cause)
+	}
+	for _, calls := range r.outgoing {
+		for _, c := range calls {
+			c(cause)
 		}
 	}
 }

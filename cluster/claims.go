@@ -12,6 +12,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,6 +38,100 @@ type candidate struct {
 	rev      uint64
 }
 
+// claimState is what ShareBoards set up and the work queue of the claims
+// goroutine (claimWork). Which boards this node holds by claim is part of
+// the directory (directory.claimed), since a claim is a flag on one of the
+// node's own records. Invariant: share is set at most once, never after
+// stop, and only claimWork empties releases and candidates.
+type claimState struct {
+	mu      sync.Mutex
+	stopped bool
+	share   *shared // nil: this node holds no board by claim
+	// releases: key → revision to delete; candidates: boards to adopt.
+	releases   map[string]uint64
+	candidates map[string]candidate
+	// work wakes claimWork.
+	work chan struct{}
+}
+
+func newClaims() *claimState {
+	return &claimState{releases: map[string]uint64{}, candidates: map[string]candidate{}, work: make(chan struct{}, 1)}
+}
+
+// start records what ShareBoards configured; false if already done or
+// stopped.
+func (c *claimState) start(s *shared) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.share != nil || c.stopped {
+		return false
+	}
+	c.share = s
+	return true
+}
+
+func (c *claimState) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+}
+
+// transport is the one held by claim ("" without ShareBoards).
+func (c *claimState) transport() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.share == nil {
+		return ""
+	}
+	return c.share.transport
+}
+
+// holds reports whether boards of transport are held by claim.
+func (c *claimState) holds(transport string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.share != nil && c.share.transport == transport
+}
+
+// unrelease voids a release not yet done: the board is wanted again.
+func (c *claimState) unrelease(key string) {
+	c.mu.Lock()
+	delete(c.releases, key)
+	c.mu.Unlock()
+}
+
+// release queues the delete of a given-up board's record at rev.
+func (c *claimState) release(key string, rev uint64) {
+	c.mu.Lock()
+	c.releases[key] = rev
+	c.mu.Unlock()
+	wake(c.work)
+}
+
+// offer notes a board this node may adopt. Without ShareBoards it does
+// nothing: the record stays for a node that shares.
+func (c *claimState) offer(key string, b *remoteBoard) {
+	if b == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.share == nil {
+		return
+	}
+	c.candidates[key] = candidate{deviceID: b.info.DeviceID, rev: b.rev}
+	wake(c.work)
+}
+
+// next hands claimWork what was queued since its last round.
+func (c *claimState) next() (releases map[string]uint64, cands map[string]candidate, adopt func(string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	releases, cands = c.releases, c.candidates
+	c.releases, c.candidates = map[string]uint64{}, map[string]candidate{}
+	return releases, cands, c.share.adopt
+}
+
 // Claims is the fleet's side of a shared broker: it tells the transport
 // which boards this node holds (mqtt.Owner) and hands it boards to adopt.
 // Get it from Node.ShareBoards.
@@ -54,13 +149,9 @@ type Claims struct{ n *Node }
 //
 // Call it once, before the transport starts; adopt may be called at once.
 func (n *Node) ShareBoards(transport string, adopt func(deviceID string)) *Claims {
-	n.mu.Lock()
-	if n.share != nil || n.stopped {
-		n.mu.Unlock()
+	if !n.claims.start(&shared{transport: transport, adopt: adopt}) {
 		return &Claims{n}
 	}
-	n.share = &shared{transport: transport, adopt: adopt}
-	n.mu.Unlock()
 	n.goOwned(n.claimWork)
 	n.log.Info("boards of this transport are held by claim (shared broker)", zap.String("transport", transport))
 	return &Claims{n}
@@ -69,22 +160,7 @@ func (n *Node) ShareBoards(transport string, adopt func(deviceID string)) *Claim
 // HeldElsewhere reports from memory whether another live node holds the
 // board (mqtt.Owner). No I/O: it runs for every message of such a board.
 func (c *Claims) HeldElsewhere(deviceID string) bool {
-	n := c.n
-	key := keyFor(deviceID)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.owned[key].rev == 0 && n.liveHolder(key)
-}
-
-// liveHolder: another node this node sees alive holds the board's record
-// and has not released it (n.mu held).
-func (n *Node) liveHolder(key string) bool {
-	b := n.remote[key]
-	if b == nil || b.released {
-		return false
-	}
-	_, alive := n.alive[b.info.Node]
-	return alive
+	return c.n.dir.heldElsewhere(keyFor(deviceID))
 }
 
 // Claim makes this node the board's holder: at once if it holds it
@@ -94,22 +170,13 @@ func (n *Node) liveHolder(key string) bool {
 func (c *Claims) Claim(ctx context.Context, deviceID string) (bool, error) {
 	n := c.n
 	key := keyFor(deviceID)
-	n.mu.Lock()
-	if n.stopped {
-		n.mu.Unlock()
-		return false, ErrStopped
+	// Voided before the directory is asked: a release queued meanwhile
+	// deletes only at the revision it names, which a new claim replaces.
+	n.claims.unrelease(key)
+	held, elsewhere, err := n.dir.claimOwn(key, deviceID)
+	if err != nil || held || elsewhere {
+		return held, err
 	}
-	delete(n.releases, key) // a release not yet done is void: the board is wanted again
-	if n.owned[key].rev != 0 {
-		n.claimed[key] = deviceID
-		n.mu.Unlock()
-		return true, nil
-	}
-	if n.liveHolder(key) {
-		n.mu.Unlock()
-		return false, nil
-	}
-	n.mu.Unlock()
 	return n.take(ctx, key, deviceID, 0)
 }
 
@@ -118,46 +185,20 @@ func (c *Claims) Claim(ctx context.Context, deviceID string) (bool, error) {
 func (c *Claims) Release(deviceID string) {
 	n := c.n
 	key := keyFor(deviceID)
-	n.mu.Lock()
-	if _, ok := n.claimed[key]; !ok || n.stopped {
-		n.mu.Unlock()
-		return
+	if rev, ok := n.dir.release(key); ok {
+		n.claims.release(key, rev)
 	}
-	n.releases[key] = n.owned[key].rev
-	delete(n.claimed, key)
-	delete(n.owned, key)
-	n.mu.Unlock()
-	n.signalClaims()
 }
 
 // sharedTransport reports whether boards of this transport are held by claim.
 func (n *Node) sharedTransport(transport string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.share != nil && n.share.transport == transport
-}
-
-func (n *Node) signalClaims() { wake(n.claimC) }
-
-// offerAdoption notes a board this node may adopt (n.mu held). Without
-// ShareBoards it does nothing: the record stays for a node that shares.
-func (n *Node) offerAdoption(key string, b *remoteBoard) {
-	if n.share == nil || b == nil {
-		return
-	}
-	n.candidates[key] = candidate{deviceID: b.info.DeviceID, rev: b.rev}
-	n.signalClaims()
+	return n.claims.holds(transport)
 }
 
 // claimRecord is the record a node writes when it claims a board, before
 // the board's session says more (putBoard then fills it in).
 func (n *Node) claimRecord(deviceID string, released bool) []byte {
-	n.mu.Lock()
-	transport := ""
-	if n.share != nil {
-		transport = n.share.transport
-	}
-	n.mu.Unlock()
+	transport := n.claims.transport()
 	state := device.StateConnected
 	if released {
 		state = device.StateClosed
@@ -210,13 +251,9 @@ func (n *Node) take(ctx context.Context, key, deviceID string, seen uint64) (boo
 			return false, err
 		}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped {
-		return false, ErrStopped
+	if err := n.dir.noteClaim(key, deviceID, rev); err != nil {
+		return false, err
 	}
-	n.owned[key] = ownRecord{rev: rev, deviceID: deviceID}
-	n.claimed[key] = deviceID
 	return true, nil
 }
 
@@ -235,10 +272,7 @@ func (n *Node) heldByOther(ctx context.Context, cur Record) bool {
 // it never heard of (it just started, or the watch lags) is asked of the
 // nodes bucket, so a fresh node never takes a live node's board.
 func (n *Node) holderAlive(ctx context.Context, node string) bool {
-	n.mu.Lock()
-	_, alive := n.alive[node]
-	lapsed := n.lapsed[node]
-	n.mu.Unlock()
+	alive, lapsed := n.dir.liveness(node)
 	if alive || lapsed {
 		return alive
 	}
@@ -253,13 +287,9 @@ func (n *Node) claimWork() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-n.claimC:
+		case <-n.claims.work:
 		}
-		n.mu.Lock()
-		releases, cands := n.releases, n.candidates
-		n.releases, n.candidates = map[string]uint64{}, map[string]candidate{}
-		adopt := n.share.adopt
-		n.mu.Unlock()
+		releases, cands, adopt := n.claims.next()
 		for key, rev := range releases {
 			if rev != 0 {
 				ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
@@ -279,10 +309,7 @@ func (n *Node) claimWork() {
 				return
 			}
 			c := cands[key]
-			n.mu.Lock()
-			mine := n.owned[key].rev != 0
-			n.mu.Unlock()
-			if mine {
+			if n.dir.ownRev(key) != 0 {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(n.ctx, opTimeout)

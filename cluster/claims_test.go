@@ -23,9 +23,9 @@ func sharing(t *testing.T) (nodes []*node, claims []*Claims, adopted []chan stri
 	}
 	require.Eventually(t, func() bool {
 		for _, n := range nodes {
-			n.node.mu.Lock()
-			k := len(n.node.alive)
-			n.node.mu.Unlock()
+			n.node.dir.mu.Lock()
+			k := len(n.node.dir.alive)
+			n.node.dir.mu.Unlock()
 			if k != 2 {
 				return false
 			}

@@ -193,23 +193,6 @@ type Heartbeat struct {
 	Endpoints
 }
 
-// remoteBoard is a board another node holds, as the directory says.
-type remoteBoard struct {
-	rev     uint64
-	info    device.Info
-	catalog string    // digest of its tools
-	seen    time.Time // when this node first read the record
-	// claimed, released: the record's flags (see Record).
-	claimed, released bool
-}
-
-// ownRecord is what this node wrote for one of its own boards.
-type ownRecord struct {
-	rev      uint64
-	deviceID string
-	catalog  string
-}
-
 // Node joins a Hub to a fleet: it publishes the Hub's boards to the
 // directory, answers calls other nodes route to them, and gives the Hub
 // the boards other nodes hold (device.Remote).
@@ -231,9 +214,6 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	resync chan struct{}
-	// rewatch holds one channel per bucket watcher, signalled on reconnect:
-	// a server restart can end a watch without closing it.
-	rewatch []chan struct{}
 	// dirty: a directory write failed; the next heartbeat resyncs.
 	dirty atomic.Bool
 	// reconnected: NATS came back; heartbeats beats at once, then resyncs.
@@ -249,59 +229,82 @@ type Node struct {
 	// which whoever can publish on the fleet's subjects can repeat, and
 	// denied the line about routed calls the policy refuses, which a
 	// caller on another node can repeat. Their locks are leaves (as are
-	// the other throttles'): never taken with mu held, nor mu under them.
+	// the other throttles'): never taken with another lock held.
 	refusals, denied logthrottle.Throttle
 
-	mu       sync.Mutex
-	stopped  bool
-	started  time.Time
-	owned    map[string]ownRecord     // key → what this node wrote for its own board
-	remote   map[string]*remoteBoard  // key → board another node holds
-	alive    map[string]time.Time     // node → when its last heartbeat arrived (local clock)
-	beatRev  map[string]uint64        // node → revision of its last heartbeat seen
-	lost     map[string]string        // key → device id of an own record another node deleted
-	yielded  map[string]uint64        // key → generation of the local session that yielded it
-	unerased map[string]ownRecord     // key → own record whose delete failed (cut off); retried on resync
-	beats    map[string]Heartbeat     // node → its last heartbeat
-	placed   map[string]int           // node → boards sent there (Placed) since its last heartbeat
-	toolsOf  map[string][]device.Tool // catalog digest → tools
-	stored   map[string]time.Time     // catalog digest → when this node last wrote it
-	inflight map[string]context.CancelCauseFunc
-	// outgoing: calls this node routed and waits for, by holder node and
-	// call id, so that they end as offline when the holder is declared
-	// dead or this node loses NATS (the answer can no longer come).
-	outgoing map[string]map[string]context.CancelCauseFunc
+	// started: when Start ran (never changes after).
+	started time.Time
+	// halted: halt ran or runs (Stop or Abandon).
+	halted atomic.Bool
 
-	// Boards held by claim (ShareBoards); nil share: none.
-	share      *shared
-	claimed    map[string]string    // key → device id of boards this node holds by claim
-	lapsed     map[string]bool      // nodes this node saw die (until they beat again)
-	releases   map[string]uint64    // key → revision to delete (claims goroutine)
-	candidates map[string]candidate // boards to adopt (claims goroutine)
-	claimC     chan struct{}
+	// The node's state, in three parts that each have their own lock; no
+	// method holds two of them at once (doc.go).
+	dir    *directory  // the fleet directory as this node sees it
+	router *router     // routed calls in flight, both ways
+	claims *claimState // boards held by claim (ShareBoards)
+
+	// rewatch holds one channel per bucket watcher, signalled on reconnect:
+	// a server restart can end a watch without closing it. rewatchMu
+	// guards it: it grows while Start runs and is read on reconnect.
+	rewatchMu sync.Mutex
+	rewatch   []chan struct{}
 }
 
 // Start connects to NATS, creates the fleet's buckets if needed and joins
 // the Hub to the fleet. Stop (or Abandon) ends it.
 func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger) (*Node, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("cluster: no NATS URL")
-	}
-	if err := CheckURL(cfg.URL); err != nil {
+	cfg, authOpts, err := cfg.checked()
+	if err != nil {
 		return nil, err
 	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), obs: cfg.Observer,
+		started: time.Now(), resync: make(chan struct{}, 1), reconnected: make(chan struct{}, 1),
+		repairs: make(chan struct{}, 1), dir: newDirectory(), router: newRouter(), claims: newClaims()}
+	if err := n.connect(ctx, authOpts); err != nil {
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// Heartbeat first: a peer must never see this node's boards before it
+	// sees the node alive, or it would clean them up as orphans.
+	n.beat()
+	sub := hub.Subscribe()
+	n.goOwned(func() { n.publishLocal(sub) })
+	if err := n.subscribe(); err != nil {
+		n.Abandon()
+		return nil, err
+	}
+	n.goOwned(n.heartbeats)
+	n.goOwned(n.catalogGC)
+	hub.SetRemote(n)
+	n.log.Info("joined the fleet", zap.String("nats", n.nc.ConnectedUrlRedacted()),
+		zap.Duration("offline_after", cfg.OfflineAfter))
+	return n, nil
+}
+
+// checked refuses a Config the node cannot start with, fills in its
+// defaults and returns the nats.go options of its credentials.
+func (cfg Config) checked() (Config, []nats.Option, error) {
+	if cfg.URL == "" {
+		return cfg, nil, errors.New("cluster: no NATS URL")
+	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return cfg, nil, err
+	}
 	if !cfg.Auth.HasCredentials() && !cfg.Insecure {
-		return nil, ErrNoCredentials
+		return cfg, nil, ErrNoCredentials
 	}
 	authOpts, err := cfg.Auth.options()
 	if err != nil {
-		return nil, err
+		return cfg, nil, err
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
 	}
 	if s := sanitize(cfg.NodeID); s != cfg.NodeID {
-		return nil, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only (e.g. %q)", cfg.NodeID, s)
+		return cfg, nil, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only (e.g. %q)", cfg.NodeID, s)
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = DefaultOfflineAfter
@@ -321,22 +324,16 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if cfg.CatalogGrace <= 0 {
 		cfg.CatalogGrace = 30 * time.Minute
 	}
-	obs := cfg.Observer
-	if obs == nil {
-		obs = nopObserver{}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
-	if logger == nil {
-		logger = zap.NewNop()
-	}
-	n := &Node{cfg: cfg, hub: hub, log: logger.With(zap.String("node", cfg.NodeID)), resync: make(chan struct{}, 1),
-		reconnected: make(chan struct{}, 1), repairs: make(chan struct{}, 1), obs: obs,
-		started: time.Now(), owned: map[string]ownRecord{}, remote: map[string]*remoteBoard{}, alive: map[string]time.Time{},
-		beatRev: map[string]uint64{}, lost: map[string]string{}, yielded: map[string]uint64{}, unerased: map[string]ownRecord{},
-		beats: map[string]Heartbeat{}, placed: map[string]int{},
-		toolsOf: map[string][]device.Tool{}, stored: map[string]time.Time{}, inflight: map[string]context.CancelCauseFunc{},
-		outgoing: map[string]map[string]context.CancelCauseFunc{},
-		claimed:  map[string]string{}, lapsed: map[string]bool{}, releases: map[string]uint64{},
-		candidates: map[string]candidate{}, claimC: make(chan struct{}, 1)}
+	return cfg, authOpts, nil
+}
+
+// connect joins NATS, refuses an open one unless Insecure, and opens the
+// fleet's buckets; on error nothing is left open.
+func (n *Node) connect(ctx context.Context, authOpts []nats.Option) error {
+	cfg := n.cfg
 	opts := append([]nats.Option{nats.Name("devicebridge " + cfg.NodeID), nats.MaxReconnects(-1),
 		// Nothing is buffered while NATS is away: a routed call or a
 		// directory write fails at once (the call as offline) instead of
@@ -356,9 +353,9 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		nats.ReconnectHandler(func(*nats.Conn) {
 			n.log.Info("reconnected to NATS; registering this node's boards again")
 			wake(n.reconnected)
-			n.mu.Lock()
+			n.rewatchMu.Lock()
 			rewatch := n.rewatch
-			n.mu.Unlock()
+			n.rewatchMu.Unlock()
 			for _, c := range rewatch {
 				wake(c)
 			}
@@ -367,12 +364,12 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 			if err != nil {
 				n.log.Warn("lost NATS; local boards keep working, remote boards are unreachable until it returns", zap.Error(err))
 			}
-			n.failOutgoing("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
+			n.router.fail("", fmt.Errorf("%w: this node lost NATS while the call ran; its outcome is unknown", device.ErrOffline))
 		})}, authOpts...)
 	opts = append(opts, cfg.Options...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: connect %s: %w", cfg.URL, err)
+		return fmt.Errorf("cluster: connect %s: %w", cfg.URL, err)
 	}
 	// Without credentials, being in proves NATS open; with them, a second
 	// connection without them tells.
@@ -380,45 +377,35 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		at := nc.ConnectedUrlRedacted()
 		if !cfg.Insecure {
 			nc.Close()
-			return nil, fmt.Errorf("%w (%s)", ErrOpenNATS, at)
+			return fmt.Errorf("%w (%s)", ErrOpenNATS, at)
 		}
 		n.log.Warn(insecureWarning, zap.String("nats", at))
 	}
 	n.nc = nc
 	if err := n.open(ctx); err != nil {
 		nc.Close()
-		return nil, err
+		return err
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	// Heartbeat first: a peer must never see this node's boards before it
-	// sees the node alive, or it would clean them up as orphans.
-	n.beat()
-	sub := hub.Subscribe()
-	n.goOwned(func() { n.publishLocal(sub) })
+	return nil
+}
+
+// subscribe starts the bucket watches and the call subjects. Once it
+// returns, NATS knows this node's subscriptions: a request sent to it
+// right away finds a responder.
+func (n *Node) subscribe() error {
 	if err := n.watch("nodes", n.nodes, n.onHeartbeat, nil); err != nil {
-		n.Abandon()
-		return nil, err
+		return err
 	}
 	if err := n.watch("boards", n.boards, n.onBoard, &n.synced); err != nil {
-		n.Abandon()
-		return nil, err
+		return err
 	}
 	if err := n.serveCalls(); err != nil {
-		n.Abandon()
-		return nil, err
+		return err
 	}
-	// Once Start returns, NATS knows this node's subscriptions: a request
-	// sent to it right away finds a responder.
-	if err := nc.FlushTimeout(opTimeout); err != nil {
-		n.Abandon()
-		return nil, fmt.Errorf("cluster: subscribe: %w", err)
+	if err := n.nc.FlushTimeout(opTimeout); err != nil {
+		return fmt.Errorf("cluster: subscribe: %w", err)
 	}
-	n.goOwned(n.heartbeats)
-	n.goOwned(n.catalogGC)
-	hub.SetRemote(n)
-	n.log.Info("joined the fleet", zap.String("nats", nc.ConnectedUrlRedacted()),
-		zap.Duration("offline_after", cfg.OfflineAfter))
-	return n, nil
+	return nil
 }
 
 // ID is this node's id.
@@ -484,14 +471,7 @@ func (n *Node) Stop(ctx context.Context) {
 	if !n.halt() {
 		return
 	}
-	n.mu.Lock()
-	owned, claimed := n.owned, n.claimed
-	n.owned, n.claimed = map[string]ownRecord{}, map[string]string{}
-	for key, o := range n.unerased {
-		owned[key] = o
-	}
-	n.unerased = map[string]ownRecord{}
-	n.mu.Unlock()
+	owned, claimed := n.dir.leave()
 	if !n.nc.IsConnected() {
 		// Cut off from NATS: the others clean up when the heartbeat lapses.
 		n.nc.Close()
@@ -525,21 +505,12 @@ func (n *Node) Abandon() {
 
 // halt stops every goroutine and the remote view; false if already done.
 func (n *Node) halt() bool {
-	n.mu.Lock()
-	if n.stopped {
-		n.mu.Unlock()
+	if !n.halted.CompareAndSwap(false, true) {
 		return false
 	}
-	n.stopped = true
-	for _, c := range n.inflight {
-		c(device.ErrShutdown)
-	}
-	for _, calls := range n.outgoing {
-		for _, c := range calls {
-			c(device.ErrShutdown)
-		}
-	}
-	n.mu.Unlock()
+	n.router.stop(device.ErrShutdown)
+	n.dir.stop()
+	n.claims.stop()
 	n.hub.SetRemote(nil)
 	for _, s := range n.subs {
 		_ = s.Unsubscribe()

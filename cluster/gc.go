@@ -58,7 +58,7 @@ func (n *Node) gcCatalogs(marks map[string]gcMark, now time.Time) []string {
 	for k := range lister.Keys() {
 		keys = append(keys, k)
 	}
-	used := n.usedCatalogs()
+	used := n.dir.usedCatalogs()
 	var deleted []string
 	for _, d := range keys {
 		if used[d] {
@@ -85,9 +85,7 @@ func (n *Node) gcCatalogs(marks map[string]gcMark, now time.Time) []string {
 			}
 			continue
 		}
-		n.mu.Lock()
-		delete(n.toolsOf, d)
-		n.mu.Unlock()
+		n.dir.forget(d)
 		deleted = append(deleted, d)
 	}
 	present := make(map[string]bool, len(keys))
@@ -105,27 +103,30 @@ func (n *Node) gcCatalogs(marks map[string]gcMark, now time.Time) []string {
 	return deleted
 }
 
-// usedCatalogs are the digests the directory's records reference, as this
-// node sees them: its own records and the others'.
-func (n *Node) usedCatalogs() map[string]bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// gcLeader: this node has the lowest id among the nodes it sees alive.
+func (n *Node) gcLeader() bool { return n.dir.lowest(n.cfg.NodeID) }
+
+// usedCatalogs are the digests the records reference: this node's and the
+// others'.
+func (d *directory) usedCatalogs() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	used := map[string]bool{}
-	for _, o := range n.owned {
+	for _, o := range d.owned {
 		used[o.catalog] = true
 	}
-	for _, b := range n.remote {
+	for _, b := range d.remote {
 		used[b.catalog] = true
 	}
 	return used
 }
 
-// gcLeader: this node has the lowest id among the nodes it sees alive.
-func (n *Node) gcLeader() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for node := range n.alive {
-		if node < n.cfg.NodeID {
+// lowest: no node seen alive has an id below self.
+func (d *directory) lowest(self string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for node := range d.alive {
+		if node < self {
 			return false
 		}
 	}

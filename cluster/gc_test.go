@@ -63,7 +63,7 @@ func TestCatalogGCPasses(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return a.node.synced.Load() && a.node.gcLeader() && !b.node.gcLeader() },
 		10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { a.node.mu.Lock(); defer a.node.mu.Unlock(); return len(a.node.alive) == 1 },
+	require.Eventually(t, func() bool { a.node.dir.mu.Lock(); defer a.node.dir.mu.Unlock(); return len(a.node.dir.alive) == 1 },
 		10*time.Second, 10*time.Millisecond)
 	require.False(t, b.node.gcLeader(), "only the lowest id collects")
 

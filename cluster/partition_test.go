@@ -102,12 +102,12 @@ func requireConsistent(t *testing.T, f fleet, d *dirWatch, holders map[string]st
 		mu.Lock()
 		defer mu.Unlock()
 		for id, n := range f {
-			n.node.mu.Lock()
-			for k, b := range n.node.remote {
+			n.node.dir.mu.Lock()
+			for k, b := range n.node.dir.remote {
 				t.Logf("%s: remote %s rev %d node %s state %s", id, k, b.rev, b.info.Node, b.info.State)
 			}
-			t.Logf("%s: alive %v owned %v", id, n.node.alive, n.node.owned)
-			n.node.mu.Unlock()
+			t.Logf("%s: alive %v owned %v", id, n.node.dir.alive, n.node.dir.owned)
+			n.node.dir.mu.Unlock()
 		}
 		d.mu.Lock()
 		t.Logf("dir %+v writes %v", d.recs, d.writes)
