@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/argcheck"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // Lookup resolves a tool by name. The engine calls it at Start and again
@@ -195,13 +194,7 @@ func nowMS(t time.Time) int64 { return t.UnixMilli() }
 
 func fmtDur(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
 
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("flow: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return randid.Hex16() }
 
 // Start begins an interaction with a tool for owner (an opaque caller
 // identity: only the same owner can see or continue it). initial holds the

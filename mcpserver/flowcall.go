@@ -24,7 +24,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/internal/sealed"
 )
 
@@ -404,11 +404,7 @@ func spentKey(token string) string {
 }
 
 // newCallID names a new MRTR call.
-func newCallID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newCallID() string { return randid.Hex16() }
 
 // callState is what a requestState carries between MRTR rounds. It is
 // signed (HMAC-SHA256 under the flow secret, or a key made at start) over
