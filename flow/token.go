@@ -22,8 +22,8 @@ const (
 // maxTokenBytes bounds what decode accepts.
 const maxTokenBytes = 1 << 20
 
-func (e *Engine) encode(owner string, rec *record) string {
-	tok, err := sealed.Seal(e.secret, tokenVersion, owner, rec)
+func (s *tokenStore) encode(owner string, rec *record) string {
+	tok, err := sealed.Seal(s.secret, tokenVersion, owner, rec)
 	if err != nil {
 		// A record holds only JSON-safe values; this cannot happen.
 		panic("flow: encoding token: " + err.Error())
@@ -34,9 +34,9 @@ func (e *Engine) encode(owner string, rec *record) string {
 // decode verifies a token for owner and returns its record, or
 // CodeSessionNotFound (malformed, tampered, another owner's) or
 // CodeSessionExpired.
-func (e *Engine) decode(owner, token string, now int64) (*record, error) {
+func (s *tokenStore) decode(owner, token string, now int64) (*record, error) {
 	var rec record
-	if err := sealed.Open(e.secret, tokenVersion, owner, token, maxTokenBytes, &rec); err != nil || rec.ID == "" || rec.Tool == "" {
+	if err := sealed.Open(s.secret, tokenVersion, owner, token, maxTokenBytes, &rec); err != nil || rec.ID == "" || rec.Tool == "" {
 		return nil, errNotFound(token)
 	}
 	if rec.Args == nil {
