@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/audit"
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -141,9 +141,7 @@ func DefaultNodeID() string {
 	if err != nil || host == "" {
 		host = "node"
 	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return sanitize(host) + "-" + hex.EncodeToString(b[:])
+	return sanitize(host) + "-" + randid.Hex(3)
 }
 
 // sanitize keeps a node id usable as one NATS subject token and KV key.

@@ -1,9 +1,6 @@
 package device
 
-import (
-	"crypto/rand"
-	"encoding/hex"
-)
+import "github.com/devicebridge/devicebridge/internal/randid"
 
 // This file keeps the Hub's recent events so that a subscriber that went
 // away (an /api/events client that reconnects) can resume where it left
@@ -78,7 +75,5 @@ func (r *eventRing) each(f func(Event)) {
 
 // newEpoch returns a random name for a Hub's event numbering.
 func newEpoch() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
+	return randid.Hex(4)
 }

@@ -2,22 +2,18 @@ package flow
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/argcheck"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // Lookup resolves a tool by name. The engine calls it at Start and again
@@ -35,9 +31,6 @@ const (
 	DefaultMaxPrompts  = 20
 	DefaultMaxDuration = 30 * time.Minute
 )
-
-// sweepBatch bounds how many expired entries one call cleans up.
-const sweepBatch = 32
 
 // Options configure an Engine. Zero values take the defaults.
 type Options struct {
@@ -84,46 +77,19 @@ type StartOptions struct {
 // one interaction are handled one at a time (a second answer while one is
 // processed gets CodeInvalidStateTransition).
 //
-// Memory: in stateful mode, interactions live in a map with a deadline
-// heap; expired ones are removed lazily when touched and by a bounded
-// sweep on each Start (no goroutine). In stateless mode the engine keeps
-// short-lived markers of the answers it is processing and of the
-// interactions that finished here (for Counts, and as a shortcut); what
-// was consumed lives in
-// the SpentStore (Options.Spent): each token's step ("<id>.<turn>": answered
-// or cancelled, once) and each interaction's end ("<id>.end": its final
-// state), so that a token cannot run its step twice, on this replica or on
-// any other sharing the store, and a second cancel gets
-// CodeAlreadyCancelled.
+// The Engine is the state machine (answer, next, present, execute) and
+// nothing else: where interactions live between calls is its store, in
+// memory by random id (memStore), or signed into the sessionId with
+// Options.Secret (tokenStore, whose SpentStore makes every token usable
+// once). See store.go.
 type Engine struct {
 	lookup      Lookup
 	timeout     time.Duration
-	maxPerOwner int
 	maxPrompts  int
 	maxDuration time.Duration
 	now         func() time.Time
-	secret      []byte
-	spent       SpentStore
 	log         *zap.Logger
-
-	mu      sync.Mutex
-	closed  bool
-	entries map[string]*entry // by sessionId (stateful) or record ID (stateless markers)
-	byTime  timeHeap[*entry]
-	owners  map[string]int // open interactions per owner (stateful)
-}
-
-// entry is an interaction (stateful), or a marker (stateless).
-type entry struct {
-	key      string
-	owner    string
-	rec      *record // nil once expired (kept a while to answer CodeSessionExpired)
-	expired  string  // why it expired
-	limit    string  // the limit that expired it, for messages
-	deadline int64   // Unix ms
-	index    int     // in byTime
-	open     bool    // counted in owners
-	cancel   context.CancelFunc
+	store       store
 }
 
 // NewEngine returns an engine. It fails when Lookup is missing or Secret
@@ -135,21 +101,14 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Secret != nil && len(o.Secret) < 32 {
 		return nil, errors.New("flow: Options.Secret must be at least 32 bytes (or nil for stateful mode)")
 	}
-	e := &Engine{lookup: o.Lookup, timeout: o.Timeout, maxPerOwner: o.MaxPerOwner, maxPrompts: o.MaxPrompts,
-		maxDuration: o.MaxDuration, now: o.Now, log: o.Logger,
-		entries: map[string]*entry{}, owners: map[string]int{}}
-	if o.Secret != nil {
-		e.secret = append([]byte(nil), o.Secret...)
-		e.spent = o.Spent
-		if e.spent == nil {
-			e.spent = NewMemorySpent(0, o.Now)
-		}
-	}
+	e := &Engine{lookup: o.Lookup, timeout: o.Timeout, maxPrompts: o.MaxPrompts,
+		maxDuration: o.MaxDuration, now: o.Now, log: o.Logger}
+	maxPerOwner := o.MaxPerOwner
 	if e.timeout <= 0 {
 		e.timeout = DefaultTimeout
 	}
-	if e.maxPerOwner == 0 {
-		e.maxPerOwner = DefaultMaxPerOwner
+	if maxPerOwner == 0 {
+		maxPerOwner = DefaultMaxPerOwner
 	}
 	if e.maxPrompts == 0 {
 		e.maxPrompts = DefaultMaxPrompts
@@ -163,45 +122,34 @@ func NewEngine(o Options) (*Engine, error) {
 	if e.log == nil {
 		e.log = zap.NewNop()
 	}
+	if o.Secret != nil {
+		spent := o.Spent
+		if spent == nil {
+			spent = NewMemorySpent(0, o.Now)
+		}
+		e.store = newTokenStore(o.Secret, spent, e.timeout, e.now, e.log)
+	} else {
+		e.store = newMemStore(e.timeout, maxPerOwner, e.maxDuration, e.now, e.log)
+	}
 	return e, nil
 }
 
 // Stateless reports whether interactions travel as signed tokens.
-func (e *Engine) Stateless() bool { return e.secret != nil }
+func (e *Engine) Stateless() bool {
+	_, ok := e.store.(*tokenStore)
+	return ok
+}
 
 // Close cancels running executions and forgets every interaction; later
 // calls fail with CodeNotInteractive. The engine starts no goroutine, so
 // there is nothing else to stop.
-func (e *Engine) Close() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.closed = true
-	for _, ent := range e.entries {
-		if ent.cancel != nil {
-			ent.cancel()
-		}
-	}
-	e.entries = map[string]*entry{}
-	e.byTime = nil
-	e.owners = map[string]int{}
-}
-
-func errClosed() *Error {
-	return newError(CodeNotInteractive, nil,
-		"The interaction engine is shutting down. Retry against a running bridge; interactions from this one are gone, so start a new one.")
-}
+func (e *Engine) Close() { e.store.close() }
 
 func nowMS(t time.Time) int64 { return t.UnixMilli() }
 
 func fmtDur(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
 
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("flow: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return randid.Hex16() }
 
 // Start begins an interaction with a tool for owner (an opaque caller
 // identity: only the same owner can see or continue it). initial holds the
@@ -272,31 +220,13 @@ func (e *Engine) Start(ctx context.Context, owner, toolName string, initial json
 			toolName, need, e.maxPrompts, loadSchema(tool.InputSchema).ArgList())
 	}
 
-	var ent *entry
 	work := rec.clone()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil, errClosed()
+	ent, err := e.store.open(owner, rec, need, nowMS(now), cancel)
+	if err != nil {
+		return nil, err
 	}
-	e.sweep(nowMS(now))
-	if !e.Stateless() {
-		if e.maxPerOwner > 0 && need > 0 && e.owners[owner] >= e.maxPerOwner {
-			n := e.owners[owner]
-			e.mu.Unlock()
-			return nil, newError(CodeTimeout, map[string]any{"limit": "maxPerOwner", "open": n},
-				"You already have %d open interactions, the most allowed at once. Finish or cancel one (interaction.cancel {\"sessionId\": ...}) or wait for one to expire (after %s without activity), then start again.",
-				n, e.timeout)
-		}
-		ent = &entry{key: "flw_" + rec.ID, owner: owner, rec: rec, open: true, cancel: cancel}
-		ent.deadline, _ = rec.deadline()
-		e.entries[ent.key] = ent
-		heap.Push(&e.byTime, ent)
-		e.owners[owner]++
-	}
-	e.mu.Unlock()
 
 	step, err := e.next(ctx, tool, work, nil)
 	if step != nil && len(problems) > 0 {
@@ -307,7 +237,7 @@ func (e *Engine) Start(ctx context.Context, owner, toolName string, initial json
 	}
 	e.log.Debug("flow: interaction started", zap.String("tool", toolName), zap.String("state", string(work.State)),
 		zap.Int("prompts", len(work.Pending)))
-	return e.commit(owner, ent, work, step, err)
+	return e.finish(e.store.commit(ctx, owner, ent, work, step, err))
 }
 
 func joinErrors(ps []Problem) string {
@@ -335,7 +265,7 @@ func joinErrors(ps []Problem) string {
 func (e *Engine) Respond(ctx context.Context, owner, id string, value json.RawMessage) (*Step, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ent, work, err := e.acquire(owner, id, cancel)
+	ent, work, err := e.store.acquire(owner, id, cancel)
 	if err != nil {
 		return nil, err
 	}
@@ -344,310 +274,27 @@ func (e *Engine) Respond(ctx context.Context, owner, id string, value json.RawMe
 		err = errors.New("lookup returned no tool")
 	}
 	if err != nil {
-		e.releaseUnchanged(ent, work)
+		e.store.release(ent)
 		return nil, fmt.Errorf("flow: looking up tool %q: %w", work.Tool, err)
 	}
-	if e.Stateless() {
-		if err := e.spendStep(ctx, id, work); err != nil {
-			e.releaseUnchanged(ent, work)
-			return nil, err
-		}
+	if err := e.store.claim(ctx, id, ent, work); err != nil {
+		e.store.release(ent)
+		return nil, err
 	}
 	step, err := e.answer(ctx, tool, work, value)
-	if e.Stateless() && work.State.Final() {
-		step, err = e.recordEnd(ctx, work, step, err)
-	}
-	return e.commit(owner, ent, work, step, err)
+	return e.finish(e.store.commit(ctx, owner, ent, work, step, err))
 }
 
-// stepKey names a stateless token's step in the SpentStore: every token
-// that waits for an answer has its own prompt count (Turns), so the
-// interaction id and that count identify it.
-func stepKey(rec *record) string { return "flt." + rec.ID + "." + strconv.Itoa(rec.Turns) }
-
-// endKey names a stateless interaction's end in the SpentStore.
-func endKey(id string) string { return "flt." + id + ".end" }
-
-// endUntil is how long the end of rec's interaction must be remembered:
-// as long as any of its tokens can be presented (none was issued after
-// now, and none outlives its timeout or the interaction's hard expiry).
-func (e *Engine) endUntil(rec *record) time.Time {
-	d := nowMS(e.now()) + rec.Timeout
-	if rec.Hard > 0 && rec.Hard < d {
-		d = rec.Hard
-	}
-	return time.UnixMilli(d)
-}
-
-// spendStep consumes a stateless token for an answer, fleet-wide: it
-// fails if the interaction has ended, or if the token was already
-// answered or cancelled (here or on another replica sharing the store).
-func (e *Engine) spendStep(ctx context.Context, id string, rec *record) error {
-	end, err := e.spent.Spent(ctx, endKey(rec.ID))
-	if err != nil {
-		return e.replayErr(err)
-	}
-	if end != "" {
-		return errNotWaiting(id, State(end))
-	}
-	d, _ := rec.deadline()
-	first, prior, err := e.spent.Spend(ctx, stepKey(rec), UseAnswered, time.UnixMilli(d))
-	if err != nil {
-		return e.replayErr(err)
-	}
-	if !first {
-		if prior == UseCancelled {
-			return errNotWaiting(id, StateCancelled)
-		}
-		return errStepUsed(id)
-	}
-	return nil
-}
-
-// recordEnd records the final state of a stateless interaction. If it was
-// cancelled meanwhile on another replica (which could not stop this one's
-// call), the outcome is discarded as for a local cancel.
-func (e *Engine) recordEnd(ctx context.Context, work *record, step *Step, err error) (*Step, error) {
-	first, prior, serr := e.spent.Spend(context.WithoutCancel(ctx), endKey(work.ID), string(work.State), e.endUntil(work))
-	switch {
-	case serr != nil:
-		// Its tokens are all spent already; only a later cancel with an
-		// older token could be told "cancelled" instead of "completed".
-		e.log.Warn("flow: could not record the end of an interaction", zap.String("tool", work.Tool), zap.Error(serr))
-	case !first && State(prior) == StateCancelled && work.State != StateCancelled:
-		work.State, work.Reason, work.Current = StateCancelled, "cancelled on another replica", nil
-		return &Step{State: StateCancelled,
-			Summary: "Cancelled (on another bridge) while the answer was being processed; the outcome was discarded, but what the tool already did stays done."}, nil
-	}
-	return step, err
-}
-
-func (e *Engine) replayErr(err error) error {
-	e.log.Warn("flow: replay store unavailable; refusing the step", zap.Error(err))
-	return fmt.Errorf("flow: %w (%v)", ErrReplayCheck, err)
-}
-
-func errStepUsed(id string) *Error {
-	return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "reason": "token already used"},
-		"This sessionId of interaction %s was already answered (on this bridge or another one sharing its flow secret), so this answer was not used and nothing ran again. "+
-			"The sessionId changes with every step: answer with the latest one, which the previous interaction.respond returned. Use interaction.getState to see where it stands.", short(id))
-}
-
-// acquire finds the interaction for an answer, checks it waits for one,
-// and marks it processing. It returns the entry (stateful) and a private
-// copy of the record to work on.
-func (e *Engine) acquire(owner, id string, cancel context.CancelFunc) (*entry, *record, error) {
-	now := nowMS(e.now())
-	if e.Stateless() {
-		rec, err := e.decode(owner, id, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.closed {
-			return nil, nil, errClosed()
-		}
-		if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil {
-			return nil, nil, errNotWaiting(id, m.rec.State)
-		}
-		if rec.State != StateWaitingUser {
-			return nil, nil, errNotWaiting(id, rec.State)
-		}
-		m := &entry{key: rec.ID, owner: owner, rec: &record{State: StateProcessing}, cancel: cancel}
-		m.deadline, _ = rec.deadline()
-		e.entries[m.key] = m
-		heap.Push(&e.byTime, m)
-		work := rec.clone()
-		work.State = StateProcessing
-		return m, work, nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, nil, errClosed()
-	}
-	ent, err := e.find(owner, id, now)
-	if err != nil {
-		return nil, nil, err
-	}
-	if ent.rec.State != StateWaitingUser {
-		return nil, nil, errNotWaiting(id, ent.rec.State)
-	}
-	work := ent.rec.clone()
-	ent.rec.State = StateProcessing
-	ent.cancel = cancel
-	work.State = StateProcessing
-	return ent, work, nil
-}
-
-// find returns owner's live interaction id (stateful; e.mu held),
-// expiring it when its time is up.
-func (e *Engine) find(owner, id string, now int64) (*entry, error) {
-	ent := e.entries[id]
-	if ent == nil || ent.owner != owner {
-		return nil, errNotFound(id)
-	}
-	if ent.rec == nil {
-		return nil, errExpired(id, ent.expired, ent.limit)
-	}
-	if !ent.rec.State.busy() {
-		if d, why := ent.rec.deadline(); now > d {
-			e.expire(ent, why, now)
-			return nil, errExpired(id, ent.expired, ent.limit)
-		}
-	}
-	return ent, nil
-}
-
-// expire turns a live entry into a tombstone that answers
-// CodeSessionExpired until it is swept (e.mu held).
-func (e *Engine) expire(ent *entry, why string, now int64) {
-	ent.limit = fmtDur(ent.rec.Timeout)
-	if why == reasonMaxDuration {
-		ent.limit = e.maxDuration.String()
-	}
-	ent.expired = why
-	if ent.open {
-		e.close(ent)
-	}
-	e.log.Debug("flow: interaction expired", zap.String("tool", ent.rec.Tool), zap.String("reason", why))
-	ent.rec = nil
-	ent.deadline = now + e.timeout.Milliseconds()
-	heap.Fix(&e.byTime, ent.index)
-}
-
-// close stops counting an entry as open for its owner (e.mu held).
-func (e *Engine) close(ent *entry) {
-	ent.open = false
-	if e.owners[ent.owner]--; e.owners[ent.owner] <= 0 {
-		delete(e.owners, ent.owner)
-	}
-}
-
-// sweep removes up to sweepBatch entries whose deadline passed (e.mu
-// held): live interactions become tombstones, tombstones and stateless
-// markers go.
-func (e *Engine) sweep(now int64) {
-	for i := 0; i < sweepBatch && len(e.byTime) > 0; i++ {
-		ent := e.byTime[0]
-		if ent.deadline >= now {
-			return
-		}
-		switch {
-		case ent.rec != nil && ent.rec.State.busy():
-			// Never expire what is running; look again later.
-			ent.deadline = now + e.timeout.Milliseconds()
-			heap.Fix(&e.byTime, 0)
-		case ent.rec != nil && !e.Stateless():
-			_, why := ent.rec.deadline()
-			e.expire(ent, why, now)
-		default:
-			heap.Pop(&e.byTime)
-			delete(e.entries, ent.key)
-		}
-	}
-}
-
-func errNotWaiting(id string, s State) *Error {
-	var why string
-	switch s {
-	case StateProcessing, StateActive, StateIdle:
-		why = "an earlier answer (or the tool) is still being processed. Wait for that call to return, then answer the prompt it gives you"
-	case StateCompleted:
-		why = "it has completed. Start a new interaction to run the tool again"
-	case StateCancelled:
-		why = "it was cancelled. Start a new interaction if you still want to run the tool"
-	case StateError:
-		why = "it ended with an error. Start a new interaction to try again"
-	default:
-		why = "no prompt is open"
-	}
-	return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "state": s},
-		"Interaction %s is %s and is not waiting for an answer: %s. Use interaction.getState to see where it stands.", short(id), s, why)
-}
-
-// releaseUnchanged puts an interaction back to waiting for the same
-// answer, after a failure that consumed nothing.
-func (e *Engine) releaseUnchanged(ent *entry, work *record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ent.cancel = nil
-	if e.Stateless() {
-		if e.entries[ent.key] == ent && ent.rec.State == StateProcessing {
-			e.drop(ent)
-		}
-		return
-	}
-	if ent.rec != nil && ent.rec.State == StateProcessing {
-		ent.rec.State = StateWaitingUser
-	}
-}
-
-// drop removes an entry (e.mu held).
-func (e *Engine) drop(ent *entry) {
-	if ent.index >= 0 && ent.index < len(e.byTime) && e.byTime[ent.index] == ent {
-		heap.Remove(&e.byTime, ent.index)
-	}
-	delete(e.entries, ent.key)
-}
-
-// commit stores the outcome of processing (work) unless the interaction
-// was cancelled meanwhile, and finishes the Step.
-func (e *Engine) commit(owner string, ent *entry, work *record, step *Step, err error) (*Step, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	id := ""
-	if ent != nil {
-		ent.cancel = nil
-		if e.closed || e.entries[ent.key] != ent {
-			if err == nil {
-				err = errClosed()
-			}
-			return nil, err
-		}
-		if ent.rec != nil && ent.rec.State == StateCancelled {
-			// Cancelled while processing: the outcome is discarded.
-			work.State, work.Reason, work.Current = StateCancelled, ent.rec.Reason, nil
-			step, err = &Step{State: StateCancelled,
-				Summary: "Cancelled while the answer was being processed (" + ent.rec.Reason + "); the outcome was discarded."}, nil
-			if !e.Stateless() {
-				work = ent.rec
-			}
-		}
-	}
-	if e.Stateless() {
-		// What was consumed is in the SpentStore. A finished interaction
-		// keeps its marker until its tokens expire, for Counts and as a
-		// local shortcut.
-		id = e.encode(owner, work)
-		if ent != nil {
-			if work.State.Final() {
-				ent.rec = &record{State: work.State}
-				ent.deadline, _ = work.deadline()
-				heap.Fix(&e.byTime, ent.index)
-			} else {
-				e.drop(ent)
-			}
-		}
-	} else {
-		id = ent.key
-		if ent.rec != work {
-			ent.rec = work
-			ent.deadline, _ = work.deadline()
-			heap.Fix(&e.byTime, ent.index)
-		}
-		if work.State.Final() && ent.open {
-			e.close(ent)
-		}
-	}
+// finish hands out what a store committed: the Step gets the sessionId
+// and expiry, and an *Error the sessionId.
+func (e *Engine) finish(id string, rec *record, step *Step, err error) (*Step, error) {
 	if step != nil {
 		step.SessionID = id
-		step.ExpiresAt, _ = work.deadline()
+		step.ExpiresAt, _ = rec.deadline()
 	}
 	if err != nil {
 		var fe *Error
-		if errors.As(err, &fe) {
+		if id != "" && errors.As(err, &fe) {
 			if m, ok := fe.Data.(map[string]any); ok {
 				m["sessionId"] = id
 			}
@@ -888,44 +535,7 @@ func safeExecute(ctx context.Context, tool *Tool, args json.RawMessage) (res Res
 // Errors (*Error): CodeSessionNotFound, CodeSessionExpired,
 // CodeNotInteractive (engine closed).
 func (e *Engine) GetState(ctx context.Context, owner, id string) (*Snapshot, error) {
-	now := nowMS(e.now())
-	if e.Stateless() {
-		rec, err := e.decode(owner, id, now)
-		if err != nil {
-			return nil, err
-		}
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			return nil, errClosed()
-		}
-		m := e.entries[rec.ID]
-		local := m != nil && m.owner == owner && m.rec != nil
-		if local {
-			rec.State = m.rec.State
-		}
-		e.mu.Unlock()
-		if !local {
-			end, err := e.spent.Spent(ctx, endKey(rec.ID))
-			if err != nil {
-				return nil, e.replayErr(err)
-			}
-			if end != "" {
-				rec.State, rec.Current = State(end), nil
-			}
-		}
-		return rec.snapshot(id), nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, errClosed()
-	}
-	ent, err := e.find(owner, id, now)
-	if err != nil {
-		return nil, err
-	}
-	return ent.rec.snapshot(id), nil
+	return e.store.get(ctx, owner, id)
 }
 
 // Cancel cancels interaction id. A running Execute has its context
@@ -940,116 +550,11 @@ func (e *Engine) GetState(ctx context.Context, owner, id string) (*Snapshot, err
 // (completed or ended in error), CodeNotInteractive (engine closed);
 // ErrReplayCheck (wrapped) when the SpentStore fails.
 func (e *Engine) Cancel(ctx context.Context, owner, id, reason string) error {
-	now := nowMS(e.now())
 	if reason == "" {
 		reason = "cancelled by the caller"
 	}
-	if e.Stateless() {
-		return e.cancelToken(ctx, owner, id, reason, now)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return errClosed()
-	}
-	ent, err := e.find(owner, id, now)
-	if err != nil {
-		return err
-	}
-	if err := errCannotCancel(id, ent.rec.State); err != nil {
-		return err
-	}
-	if ent.cancel != nil {
-		ent.cancel()
-	}
-	// Replace the record rather than change it: a Respond in flight works
-	// on its own copy and will see the cancellation at commit.
-	c := ent.rec.clone()
-	c.State, c.Reason, c.Current, c.Last = StateCancelled, reason, nil, now
-	ent.rec = c
-	ent.deadline, _ = c.deadline()
-	heap.Fix(&e.byTime, ent.index)
-	if ent.open {
-		e.close(ent)
-	}
-	e.log.Debug("flow: interaction cancelled", zap.String("tool", c.Tool))
-	return nil
+	return e.store.cancel(ctx, owner, id, reason)
 }
-
-// cancelToken is Cancel in stateless mode.
-func (e *Engine) cancelToken(ctx context.Context, owner, id, reason string, now int64) error {
-	rec, err := e.decode(owner, id, now)
-	if err != nil {
-		return err
-	}
-	if err := errCannotCancel(id, rec.State); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return errClosed()
-	}
-	if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil && m.rec.State.Final() {
-		e.mu.Unlock()
-		return errCannotCancel(id, m.rec.State)
-	}
-	e.mu.Unlock()
-	// The token's step first: a cancel and an answer with the same token
-	// race on it, and exactly one wins.
-	d, _ := rec.deadline()
-	first, prior, err := e.spent.Spend(ctx, stepKey(rec), UseCancelled, time.UnixMilli(d))
-	if err != nil {
-		return e.replayErr(err)
-	}
-	if !first && prior == UseCancelled {
-		return errCannotCancel(id, StateCancelled)
-	}
-	// The token was current (first), or was answered: either way the
-	// interaction as a whole ends here, unless it already ended.
-	first, prior, err = e.spent.Spend(ctx, endKey(rec.ID), string(StateCancelled), e.endUntil(rec))
-	if err != nil {
-		return e.replayErr(err)
-	}
-	if !first {
-		return errCannotCancel(id, State(prior))
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil
-	}
-	if m := e.entries[rec.ID]; m != nil && m.owner == owner && m.rec != nil {
-		// Being processed here: stop it; commit discards the outcome.
-		m.rec.State, m.rec.Reason = StateCancelled, reason
-		if m.cancel != nil {
-			m.cancel()
-		}
-	} else {
-		m = &entry{key: rec.ID, owner: owner, rec: &record{State: StateCancelled, Reason: reason}}
-		m.deadline = e.endUntil(rec).UnixMilli()
-		e.entries[m.key] = m
-		heap.Push(&e.byTime, m)
-	}
-	e.log.Debug("flow: interaction cancelled", zap.String("tool", rec.Tool))
-	return nil
-}
-
-func errCannotCancel(id string, s State) error {
-	switch s {
-	case StateCancelled:
-		return newError(CodeAlreadyCancelled, map[string]any{"sessionId": id, "state": s},
-			"Interaction %s was already cancelled; nothing more to do. Start a new interaction to run the tool.", short(id))
-	case StateCompleted, StateError:
-		return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "state": s},
-			"Interaction %s has already ended (%s) and cannot be cancelled; what ran stays done. Use interaction.getState to see its outcome.", short(id), s)
-	}
-	return nil
-}
-
-// An entry's place in Engine.byTime: by deadline.
-func (ent *entry) before(o *entry) bool { return ent.deadline < o.deadline }
-func (ent *entry) setIndex(i int)       { ent.index = i }
 
 // Counts reports the interactions this engine knows now, by state, for
 // metrics. In stateful mode that is every interaction not yet expired
@@ -1057,19 +562,4 @@ func (ent *entry) setIndex(i int)       { ent.index = i }
 // stateless mode the state travels with the caller, so only what this
 // replica holds is counted: answers being processed and interactions
 // finished here. Expired entries not yet swept are left out.
-func (e *Engine) Counts() map[State]int {
-	now := nowMS(e.now())
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := map[State]int{}
-	for _, ent := range e.entries {
-		if ent.rec == nil {
-			continue
-		}
-		if !ent.rec.State.busy() && ent.deadline < now {
-			continue
-		}
-		out[ent.rec.State]++
-	}
-	return out
-}
+func (e *Engine) Counts() map[State]int { return e.store.counts(nowMS(e.now())) }

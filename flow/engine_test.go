@@ -606,15 +606,16 @@ func TestSweepIsBounded(t *testing.T) {
 	}
 	f.clock.Advance(2 * time.Minute)
 	start(t, f, "alice", "self.get_device_status", `{}`) // sweeps sweepBatch
-	f.eng.mu.Lock()
-	n := len(f.eng.entries)
+	mem := f.eng.store.(*memStore)
+	mem.mu.Lock()
+	n := len(mem.entries)
 	tomb := 0
-	for _, ent := range f.eng.entries {
+	for _, ent := range mem.entries {
 		if ent.rec == nil {
 			tomb++
 		}
 	}
-	f.eng.mu.Unlock()
+	mem.mu.Unlock()
 	assert.Equal(t, 3*sweepBatch+1, n)
 	assert.Equal(t, sweepBatch, tomb)
 	// Later sweeps remove the tombstones too.
@@ -622,9 +623,9 @@ func TestSweepIsBounded(t *testing.T) {
 		f.clock.Advance(2 * time.Minute)
 		start(t, f, "alice", "self.get_device_status", `{}`)
 	}
-	f.eng.mu.Lock()
-	n = len(f.eng.entries)
-	f.eng.mu.Unlock()
+	mem.mu.Lock()
+	n = len(mem.entries)
+	mem.mu.Unlock()
 	assert.LessOrEqual(t, n, 2)
 }
 

@@ -107,3 +107,38 @@ func short(id string) string {
 	}
 	return id
 }
+
+func errClosed() *Error {
+	return newError(CodeNotInteractive, nil,
+		"The interaction engine is shutting down. Retry against a running bridge; interactions from this one are gone, so start a new one.")
+}
+
+func errNotWaiting(id string, s State) *Error {
+	var why string
+	switch s {
+	case StateProcessing, StateActive, StateIdle:
+		why = "an earlier answer (or the tool) is still being processed. Wait for that call to return, then answer the prompt it gives you"
+	case StateCompleted:
+		why = "it has completed. Start a new interaction to run the tool again"
+	case StateCancelled:
+		why = "it was cancelled. Start a new interaction if you still want to run the tool"
+	case StateError:
+		why = "it ended with an error. Start a new interaction to try again"
+	default:
+		why = "no prompt is open"
+	}
+	return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "state": s},
+		"Interaction %s is %s and is not waiting for an answer: %s. Use interaction.getState to see where it stands.", short(id), s, why)
+}
+
+func errCannotCancel(id string, s State) error {
+	switch s {
+	case StateCancelled:
+		return newError(CodeAlreadyCancelled, map[string]any{"sessionId": id, "state": s},
+			"Interaction %s was already cancelled; nothing more to do. Start a new interaction to run the tool.", short(id))
+	case StateCompleted, StateError:
+		return newError(CodeInvalidStateTransition, map[string]any{"sessionId": id, "state": s},
+			"Interaction %s has already ended (%s) and cannot be cancelled; what ran stays done. Use interaction.getState to see its outcome.", short(id), s)
+	}
+	return nil
+}

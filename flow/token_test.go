@@ -51,10 +51,9 @@ func TestTokenRoundTripAcrossReplicas(t *testing.T) {
 	assert.Equal(t, StateCompleted, st.State)
 	assert.Equal(t, []string{`{"age":42,"name":"Ann"}`}, f.calls.list())
 
-	// No server-side memory for waiting interactions.
-	f.eng.mu.Lock()
-	assert.Empty(t, f.eng.owners)
-	f.eng.mu.Unlock()
+	// No server-side memory for waiting interactions: the token store
+	// counts nothing per owner and holds no waiting interaction.
+	assert.Zero(t, f.eng.Counts()[StateWaitingUser])
 
 	// The final token reads as completed and takes no more answers.
 	snap, err = other.GetState(t.Context(), "alice", st.SessionID)
@@ -169,9 +168,10 @@ func TestTokenCancelAndReplay(t *testing.T) {
 	// Markers are short-lived: swept once the interaction would expire.
 	f.clock.Advance(DefaultTimeout + time.Second)
 	start(t, f, "alice", "self.get_device_status", `{}`)
-	f.eng.mu.Lock()
-	n := len(f.eng.entries)
-	f.eng.mu.Unlock()
+	ts := f.eng.store.(*tokenStore)
+	ts.mu.Lock()
+	n := len(ts.entries)
+	ts.mu.Unlock()
 	assert.Equal(t, 0, n)
 }
 

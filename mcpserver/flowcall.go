@@ -24,10 +24,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,6 +37,8 @@ import (
 
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/internal/randid"
+	"github.com/devicebridge/devicebridge/internal/sealed"
 )
 
 const (
@@ -405,11 +404,7 @@ func spentKey(token string) string {
 }
 
 // newCallID names a new MRTR call.
-func newCallID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newCallID() string { return randid.Hex16() }
 
 // callState is what a requestState carries between MRTR rounds. It is
 // signed (HMAC-SHA256 under the flow secret, or a key made at start) over
@@ -425,41 +420,24 @@ type callState struct {
 	Call  string     `json:"c,omitempty"` // the call's id, the same in all its rounds
 }
 
-var b64 = base64.RawURLEncoding
-
-func (s *Server) stateMAC(caller, payload string) []byte {
-	m := hmac.New(sha256.New, s.stateKey)
-	m.Write([]byte("devicebridge/requestState\x00" + caller + "\x00" + payload))
-	return m.Sum(nil)
-}
-
+// sealState signs a requestState for the caller (internal/sealed).
 func (s *Server) sealState(st *callState, caller string) string {
-	raw, _ := json.Marshal(st)
-	payload := stateVersion + "." + b64.EncodeToString(raw)
-	return payload + "." + b64.EncodeToString(s.stateMAC(caller, payload))
+	tok, _ := sealed.Seal(s.stateKey, stateVersion, caller, st) // a callState always encodes
+	return tok
 }
 
 // openState checks a requestState; it returns nil and the reason (for
 // logs, never the token) when it cannot be used.
 func (s *Server) openState(token, caller, tool, argsSum string) (*callState, string) {
-	if len(token) > int(s.opts.MaxBodyBytes) {
-		return nil, "too long"
-	}
-	i := strings.LastIndexByte(token, '.')
-	if i < 0 || !strings.HasPrefix(token, stateVersion+".") {
-		return nil, "not a requestState of this bridge"
-	}
-	payload, sig := token[:i], token[i+1:]
-	mac, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(mac, s.stateMAC(caller, payload)) {
-		return nil, "bad signature (tampered, another caller's, or another secret)"
-	}
-	raw, err := b64.DecodeString(strings.TrimPrefix(payload, stateVersion+"."))
-	if err != nil {
-		return nil, "undecodable"
-	}
 	var st callState
-	if err := json.Unmarshal(raw, &st); err != nil || st.Plan == nil {
+	switch err := sealed.Open(s.stateKey, stateVersion, caller, token, int(s.opts.MaxBodyBytes), &st); {
+	case errors.Is(err, sealed.ErrTooLong):
+		return nil, "too long"
+	case errors.Is(err, sealed.ErrSignature):
+		return nil, "bad signature (tampered, another caller's, or another secret)"
+	case err != nil: // another version, or not shaped like a token
+		return nil, "not a requestState of this bridge"
+	case st.Plan == nil:
 		return nil, "undecodable"
 	}
 	switch {

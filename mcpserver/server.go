@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
 
@@ -258,7 +258,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		// (This is what the deprecated ServerOptions.HasTools did.)
 		Capabilities: caps,
 		// Session ids: 128 bits from the OS's cryptographic source.
-		GetSessionID: rand.Text,
+		GetSessionID: randid.Text,
 		// The tool list follows the boards: never cache it; and when
 		// tokens guard the endpoint, only the requesting client may.
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {

@@ -5,9 +5,7 @@ package mqtt
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/randid"
 )
 
 // TransportName is the device.Identity transport of MQTT boards.
@@ -158,9 +157,7 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		return nil, err
 	}
 	if cfg.ClientID == "" {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		cfg.ClientID = "devicebridge-" + hex.EncodeToString(b[:])
+		cfg.ClientID = "devicebridge-" + randid.Hex(4)
 	}
 	g := &Gateway{
 		cfg:           cfg,

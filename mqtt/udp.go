@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -120,9 +119,7 @@ func (u *udpServer) open(id string) *audioSession {
 	defer u.mu.Unlock()
 	var ssrc uint32
 	for ssrc == 0 || u.sessions[ssrc] != nil {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		ssrc = binary.BigEndian.Uint32(b[:])
+		ssrc = randid.Uint32()
 	}
 	a := &audioSession{id: id, ssrc: ssrc, key: randid.Hex16(), nonce: newNonce(ssrc)}
 	u.sessions[ssrc] = a

@@ -35,8 +35,6 @@
 package broker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -51,6 +49,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/mqtt"
 )
 
@@ -149,9 +148,6 @@ func New(cfg Config, logger *zap.Logger) (*Broker, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	var id, pw [16]byte
-	_, _ = rand.Read(id[:4])
-	_, _ = rand.Read(pw[:])
 	b := &Broker{
 		cfg:     cfg,
 		log:     logger,
@@ -161,9 +157,9 @@ func New(cfg Config, logger *zap.Logger) (*Broker, error) {
 		cut:     map[string]cutOffEntry{},
 		changed: make(chan struct{}, 1),
 		gateway: Credentials{
-			ClientID: "devicebridge-gateway-" + hex.EncodeToString(id[:4]),
+			ClientID: "devicebridge-gateway-" + randid.Hex(4),
 			Username: "devicebridge-gateway",
-			Password: hex.EncodeToString(pw[:]),
+			Password: randid.Hex16(),
 		},
 	}
 	return b, nil
