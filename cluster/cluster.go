@@ -303,24 +303,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	if s := sanitize(cfg.NodeID); s != cfg.NodeID {
 		return nil, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only (e.g. %q)", cfg.NodeID, s)
 	}
-	if cfg.OfflineAfter <= 0 {
-		cfg.OfflineAfter = DefaultOfflineAfter
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.RemoteCallLimit <= 0 {
-		cfg.RemoteCallLimit = 5 * time.Minute
-	}
-	if cfg.SpentTTL <= 0 {
-		cfg.SpentTTL = DefaultSpentTTL
-	}
-	if cfg.CatalogGCInterval <= 0 {
-		cfg.CatalogGCInterval = 10 * time.Minute
-	}
-	if cfg.CatalogGrace <= 0 {
-		cfg.CatalogGrace = 30 * time.Minute
-	}
+	cfg = cfg.withDefaults()
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nopObserver{}

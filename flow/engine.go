@@ -2,6 +2,7 @@ package flow
 
 import (
 	"bytes"
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/rand"
@@ -70,6 +71,22 @@ type Options struct {
 	Logger *zap.Logger
 }
 
+// withDefaults returns o with unset fields set to their defaults. Spent is
+// left alone: only stateless mode has one.
+func (o Options) withDefaults() Options {
+	// Only zero: a negative limit is kept as given (no limit).
+	o.MaxPerOwner = cmp.Or(o.MaxPerOwner, DefaultMaxPerOwner)
+	o.MaxPrompts = cmp.Or(o.MaxPrompts, DefaultMaxPrompts)
+	o.MaxDuration = cmp.Or(o.MaxDuration, DefaultMaxDuration)
+	// max(x, 0): a negative timeout has always meant the default too.
+	o.Timeout = cmp.Or(max(o.Timeout, 0), DefaultTimeout)
+	o.Logger = cmp.Or(o.Logger, zap.NewNop())
+	if o.Now == nil { // a func: cmp.Or cannot compare it
+		o.Now = time.Now
+	}
+	return o
+}
+
 // StartOptions tune one interaction.
 type StartOptions struct {
 	// Timeout overrides the inactivity timeout (it cannot exceed
@@ -135,6 +152,7 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Secret != nil && len(o.Secret) < 32 {
 		return nil, errors.New("flow: Options.Secret must be at least 32 bytes (or nil for stateful mode)")
 	}
+	o = o.withDefaults()
 	e := &Engine{lookup: o.Lookup, timeout: o.Timeout, maxPerOwner: o.MaxPerOwner, maxPrompts: o.MaxPrompts,
 		maxDuration: o.MaxDuration, now: o.Now, log: o.Logger,
 		entries: map[string]*entry{}, owners: map[string]int{}}
@@ -144,24 +162,6 @@ func NewEngine(o Options) (*Engine, error) {
 		if e.spent == nil {
 			e.spent = NewMemorySpent(0, o.Now)
 		}
-	}
-	if e.timeout <= 0 {
-		e.timeout = DefaultTimeout
-	}
-	if e.maxPerOwner == 0 {
-		e.maxPerOwner = DefaultMaxPerOwner
-	}
-	if e.maxPrompts == 0 {
-		e.maxPrompts = DefaultMaxPrompts
-	}
-	if e.maxDuration == 0 {
-		e.maxDuration = DefaultMaxDuration
-	}
-	if e.now == nil {
-		e.now = time.Now
-	}
-	if e.log == nil {
-		e.log = zap.NewNop()
 	}
 	return e, nil
 }
