@@ -7,6 +7,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,14 @@ type Options struct {
 	Access Access
 }
 
+// withDefaults returns o with unset fields set to their defaults.
+func (o Options) withDefaults() Options {
+	// max(x, 0): a negative value here has always meant the default too.
+	o.MaxBodyBytes = cmp.Or(max(o.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	o.EventsHeartbeat = cmp.Or(max(o.EventsHeartbeat, 0), DefaultEventsHeartbeat)
+	return o
+}
+
 // Server serves the control API.
 type Server struct {
 	hub     *device.Hub
@@ -65,12 +74,7 @@ type Server struct {
 
 // New creates the control API over hub.
 func New(hub *device.Hub, opts Options, logger *zap.Logger) *Server {
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.EventsHeartbeat <= 0 {
-		opts.EventsHeartbeat = DefaultEventsHeartbeat
-	}
+	opts = opts.withDefaults()
 	if logger == nil {
 		logger = zap.NewNop()
 	}

@@ -287,24 +287,25 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 // ParseArgs builds the configuration from defaults, an optional --config
 // file and flags, in that order of precedence (flags win).
 func ParseArgs(name string, args []string) (Config, error) {
-	// The file is the base layer and the flags the overlay: load the file
-	// named by --config first, then parse the flags once over it.
+	// The flag package reads the command line, twice when there is a
+	// file: first over the defaults, to find --config (and to report a bad
+	// command line), then over the file's values, so that flags win.
+	// Replaying only the flags that were set would not do: a repeatable
+	// flag (--device-token, --mqtt-user) keeps no record of its uses.
 	cfg := Default()
-	path, err := configPath(args)
-	if err != nil {
+	fs, version := newFlagSet(name, &cfg)
+	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	if path != "" {
+	if path := fs.Lookup("config").Value.String(); path != "" {
+		cfg = Default()
 		if err := LoadFile(path, &cfg); err != nil {
 			return cfg, err
 		}
-	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.String("config", path, "YAML config file (see configs/bridge.yaml)")
-	version := fs.Bool("version", false, "print the version and exit")
-	RegisterFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		fs, version = newFlagSet(name, &cfg)
+		if err := fs.Parse(args); err != nil {
+			return cfg, err
+		}
 	}
 	if *version {
 		return cfg, ErrVersion
@@ -315,46 +316,18 @@ func ParseArgs(name string, args []string) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// newFlagSet is the bridge's command line bound to cfg: --config,
+// --version and RegisterFlags.
+func newFlagSet(name string, cfg *Config) (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.String("config", "", "YAML config file (see configs/bridge.yaml)")
+	version := fs.Bool("version", false, "print the version and exit")
+	RegisterFlags(fs, cfg)
+	return fs, version
+}
+
 // ErrVersion is returned by ParseArgs for --version.
 var ErrVersion = errors.New("version requested")
-
-// configPath finds --config (or -config) in args the way the flag package
-// would read it: it knows which flags take a value, and stops at the first
-// non-flag argument or "--".
-func configPath(args []string) (string, error) {
-	var scratch Config
-	known := flag.NewFlagSet("scan", flag.ContinueOnError)
-	RegisterFlags(known, &scratch)
-	path := ""
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" || len(a) < 2 || a[0] != '-' {
-			break
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if hasValue {
-			if name == "config" {
-				path = value
-			}
-			continue
-		}
-		if name == "config" {
-			if i+1 >= len(args) {
-				return "", errors.New("flag needs an argument: -config")
-			}
-			i++
-			path = args[i]
-			continue
-		}
-		if f := known.Lookup(name); f != nil {
-			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-				continue
-			}
-			i++ // the flag's value
-		}
-	}
-	return path, nil
-}
 
 // stringList is a repeatable string flag; each use adds to the list the
 // file set.

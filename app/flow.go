@@ -5,6 +5,7 @@ package app
 // its flags. The server itself is in package mcpserver (flow.go, flowcall.go).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -129,10 +130,7 @@ func (c FlowConfig) spentTTL() time.Duration {
 	case d < 0:
 		d = 24 * time.Hour
 	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = flow.DefaultTimeout
-	}
+	timeout := cmp.Or(max(c.Timeout, 0), flow.DefaultTimeout)
 	return max(d, timeout)
 }
 

@@ -6,6 +6,7 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -74,12 +75,8 @@ type Log struct {
 // A file is rotated when it would pass maxBytes: path.1 is the newest old
 // file, up to path.<keep>. Zero values take the defaults.
 func Open(path string, maxBytes int64, keep int) (*Log, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxBytes
-	}
-	if keep <= 0 {
-		keep = DefaultKeep
-	}
+	maxBytes = cmp.Or(max(maxBytes, 0), DefaultMaxBytes)
+	keep = cmp.Or(max(keep, 0), DefaultKeep)
 	l := &Log{path: path, max: maxBytes, keep: keep, key: make([]byte, 32)}
 	_, _ = rand.Read(l.key)
 	if path == "-" {

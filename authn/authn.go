@@ -7,6 +7,7 @@
 package authn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,15 @@ type OAuthConfig struct {
 	HTTPClient *http.Client
 }
 
+// withDefaults returns c with unset fields set to their defaults.
+func (c OAuthConfig) withDefaults() OAuthConfig {
+	c.GroupsClaim = cmp.Or(c.GroupsClaim, DefaultGroupsClaim)
+	// max(x, 0): a negative skew has always meant the default too.
+	c.ClockSkew = cmp.Or(max(c.ClockSkew, 0), DefaultClockSkew)
+	c.HTTPClient = cmp.Or(c.HTTPClient, &http.Client{Timeout: 10 * time.Second})
+	return c
+}
+
 // OAuth verifies JWT access tokens against an issuer's keys.
 type OAuth struct {
 	cfg      OAuthConfig
@@ -70,15 +80,7 @@ func Discover(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 	if len(cfg.Audiences) == 0 {
 		return nil, errors.New("oauth: no audience")
 	}
-	if cfg.GroupsClaim == "" {
-		cfg.GroupsClaim = DefaultGroupsClaim
-	}
-	if cfg.ClockSkew <= 0 {
-		cfg.ClockSkew = DefaultClockSkew
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
-	}
+	cfg = cfg.withDefaults()
 	meta, err := discover(ctx, cfg.Issuer, cfg.HTTPClient)
 	if err != nil {
 		return nil, err

@@ -304,24 +304,7 @@ func (cfg Config) checked() (Config, []nats.Option, error) {
 	if s := sanitize(cfg.NodeID); s != cfg.NodeID {
 		return cfg, nil, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only (e.g. %q)", cfg.NodeID, s)
 	}
-	if cfg.OfflineAfter <= 0 {
-		cfg.OfflineAfter = DefaultOfflineAfter
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.RemoteCallLimit <= 0 {
-		cfg.RemoteCallLimit = 5 * time.Minute
-	}
-	if cfg.SpentTTL <= 0 {
-		cfg.SpentTTL = DefaultSpentTTL
-	}
-	if cfg.CatalogGCInterval <= 0 {
-		cfg.CatalogGCInterval = 10 * time.Minute
-	}
-	if cfg.CatalogGrace <= 0 {
-		cfg.CatalogGrace = 30 * time.Minute
-	}
+	cfg = cfg.withDefaults()
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}

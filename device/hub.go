@@ -171,23 +171,24 @@ func (h *Hub) sweepFlapsLocked(now time.Time) {
 	}
 }
 
+// withDefaults returns c with unset fields set to their defaults.
+func (c HubConfig) withDefaults() HubConfig {
+	c.Flapping.Limit = cmp.Or(c.Flapping.Limit, DefaultFlapLimit)
+	c.Flapping.Window = cmp.Or(c.Flapping.Window, DefaultFlapWindow)
+	c.Flapping.Backoff = cmp.Or(c.Flapping.Backoff, DefaultFlapBackoff)
+	// max(x, 0): a negative value here has always meant the default too.
+	c.InitTimeout = cmp.Or(max(c.InitTimeout, 0), DefaultInitTimeout)
+	c.ReadyWait = cmp.Or(max(c.ReadyWait, 0), DefaultReadyWait)
+	c.SubscriptionBuffer = cmp.Or(max(c.SubscriptionBuffer, 0), DefaultSubscriptionBuffer)
+	c.MaxProbes = cmp.Or(max(c.MaxProbes, 0), DefaultMaxProbes)
+	c.MaxInitializing = cmp.Or(max(c.MaxInitializing, 0), DefaultMaxInitializing)
+	c.ToolLimits = c.ToolLimits.WithDefaults()
+	return c
+}
+
 // NewHub creates an empty Hub. logger may be nil.
 func NewHub(cfg HubConfig, logger *zap.Logger) *Hub {
-	if cfg.InitTimeout <= 0 {
-		cfg.InitTimeout = DefaultInitTimeout
-	}
-	if cfg.ReadyWait <= 0 {
-		cfg.ReadyWait = DefaultReadyWait
-	}
-	if cfg.SubscriptionBuffer <= 0 {
-		cfg.SubscriptionBuffer = DefaultSubscriptionBuffer
-	}
-	cfg.Flapping.Limit = cmp.Or(cfg.Flapping.Limit, DefaultFlapLimit)
-	cfg.Flapping.Window = cmp.Or(cfg.Flapping.Window, DefaultFlapWindow)
-	cfg.Flapping.Backoff = cmp.Or(cfg.Flapping.Backoff, DefaultFlapBackoff)
-	cfg.MaxProbes = cmp.Or(max(cfg.MaxProbes, 0), DefaultMaxProbes)
-	cfg.MaxInitializing = cmp.Or(max(cfg.MaxInitializing, 0), DefaultMaxInitializing)
-	cfg.ToolLimits = cfg.ToolLimits.WithDefaults()
+	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = zap.NewNop()
 	}

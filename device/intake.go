@@ -1,6 +1,7 @@
 package device
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"unicode"
@@ -58,17 +59,13 @@ const MostSchemaDepth = argcheck.MaxSchemaDepth
 // configuration refuses values out of range at start (app/configcheck.go);
 // this keeps the package safe for any caller.
 func (l ToolLimits) WithDefaults() ToolLimits {
-	fill := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	fill(&l.MaxNameBytes, DefaultMaxNameBytes)
-	fill(&l.MaxDescriptionBytes, DefaultMaxDescriptionBytes)
-	fill(&l.MaxSchemaBytes, DefaultMaxSchemaBytes)
-	fill(&l.MaxSchemaDepth, DefaultMaxSchemaDepth)
-	fill(&l.MaxProperties, DefaultMaxProperties)
-	fill(&l.MaxEnumValues, DefaultMaxEnumValues)
+	// max(x, 0): a negative value here has always meant the default too.
+	l.MaxNameBytes = cmp.Or(max(l.MaxNameBytes, 0), DefaultMaxNameBytes)
+	l.MaxDescriptionBytes = cmp.Or(max(l.MaxDescriptionBytes, 0), DefaultMaxDescriptionBytes)
+	l.MaxSchemaBytes = cmp.Or(max(l.MaxSchemaBytes, 0), DefaultMaxSchemaBytes)
+	l.MaxSchemaDepth = cmp.Or(max(l.MaxSchemaDepth, 0), DefaultMaxSchemaDepth)
+	l.MaxProperties = cmp.Or(max(l.MaxProperties, 0), DefaultMaxProperties)
+	l.MaxEnumValues = cmp.Or(max(l.MaxEnumValues, 0), DefaultMaxEnumValues)
 	l.MaxSchemaDepth = min(l.MaxSchemaDepth, MostSchemaDepth)
 	return l
 }

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,9 +84,7 @@ func (s *Session) startKeepalive() (stop func()) {
 		return func() {}
 	}
 	p.Misses = max(p.Misses, 1)
-	if p.Timeout <= 0 {
-		p.Timeout = p.Interval
-	}
+	p.Timeout = cmp.Or(max(p.Timeout, 0), p.Interval)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.hub.wg.Add(1)

@@ -26,6 +26,10 @@ type Link interface {
 	Done() <-chan struct{}
 	// Err is the close reason once Done is closed.
 	Err() error
+	// AfterClose runs f in its own goroutine once the link has closed (at
+	// once if it already has). The Hub ends a session this way, so an idle
+	// board costs no goroutine parked on Done. LinkBase provides it.
+	AfterClose(f func())
 }
 
 // Close reasons the device layer itself uses. Transports add their own.

@@ -206,40 +206,6 @@ func (s *Session) Call(ctx context.Context, method string, params any, timeout t
 	return c.Call(ctx, method, params, timeout)
 }
 
-// Refresh lists the board's tools again and publishes EventToolsChanged if
-// they differ from what the session had.
-func (s *Session) Refresh(ctx context.Context) error {
-	c, err := s.readyClient()
-	if err != nil {
-		return err
-	}
-	listed, err := c.ListTools(ctx)
-	if err != nil {
-		return err
-	}
-	tools, refused := s.intake(listed)
-	s.mu.Lock()
-	changed := !toolsEqual(s.info.Tools, tools)
-	if changed {
-		s.info.Tools = tools
-		s.schemas = nil
-	}
-	s.info.RefusedTools = refused
-	s.mu.Unlock()
-	if changed {
-		s.log.Info("device tools changed", zap.Int("tools", len(tools)))
-		s.hub.publishIfCurrent(s, EventToolsChanged)
-	}
-	return nil
-}
-
-func toolsEqual(a, b []Tool) bool {
-	return slices.EqualFunc(a, b, func(x, y Tool) bool {
-		return x.Name == y.Name && x.Description == y.Description &&
-			string(x.InputSchema) == string(y.InputSchema) && string(x.Annotations) == string(y.Annotations)
-	})
-}
-
 // run owns the session from attach to close. The Hub waits for it.
 func (s *Session) run() {
 	s.log.Info("device connected", zap.String("remote", s.info.RemoteAddr), zap.Bool("mcp", s.info.HasMCP))
@@ -253,19 +219,12 @@ func (s *Session) run() {
 	if s.initialize() {
 		stopKeepalive = s.startKeepalive()
 	}
-	end := func() {
+	// An idle board costs no goroutine here: the link calls back on close.
+	s.link.AfterClose(func() {
 		stopKeepalive() // before finish: no probe outlives the session
 		s.finish()
 		s.hub.wg.Done()
-	}
-	// An idle board costs no goroutine here: links that can call back on
-	// close (every transport's, through LinkBase) end the session then.
-	if l, ok := s.link.(interface{ AfterClose(func()) }); ok {
-		l.AfterClose(end)
-		return
-	}
-	<-s.link.Done()
-	end()
+	})
 }
 
 // discard reads a board without MCP until its link closes. Its messages

@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,9 +57,7 @@ type Envelope struct {
 
 // Decode parses one board message. maxSize <= 0 means DefaultMaxMessageSize.
 func Decode(data []byte, maxSize int) (Envelope, error) {
-	if maxSize <= 0 {
-		maxSize = DefaultMaxMessageSize
-	}
+	maxSize = cmp.Or(max(maxSize, 0), DefaultMaxMessageSize)
 	if len(data) > maxSize {
 		return Envelope{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), maxSize)
 	}

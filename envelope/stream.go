@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,9 +77,7 @@ var ErrStreamClosed = errors.New("envelope: stream closed")
 // NewStream wraps link. Closing the Stream does not close the link: the
 // device session owns the link and closes it with a reason.
 func NewStream(link Link, opts StreamOptions) *Stream {
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
-	}
+	opts.WriteTimeout = cmp.Or(max(opts.WriteTimeout, 0), DefaultWriteTimeout)
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,22 @@ type Options struct {
 	Logger *zap.Logger
 }
 
+// withDefaults returns o with unset fields set to their defaults. Spent is
+// left alone: only stateless mode has one.
+func (o Options) withDefaults() Options {
+	// Only zero: a negative limit is kept as given (no limit).
+	o.MaxPerOwner = cmp.Or(o.MaxPerOwner, DefaultMaxPerOwner)
+	o.MaxPrompts = cmp.Or(o.MaxPrompts, DefaultMaxPrompts)
+	o.MaxDuration = cmp.Or(o.MaxDuration, DefaultMaxDuration)
+	// max(x, 0): a negative timeout has always meant the default too.
+	o.Timeout = cmp.Or(max(o.Timeout, 0), DefaultTimeout)
+	o.Logger = cmp.Or(o.Logger, zap.NewNop())
+	if o.Now == nil { // a func: cmp.Or cannot compare it
+		o.Now = time.Now
+	}
+	return o
+}
+
 // StartOptions tune one interaction.
 type StartOptions struct {
 	// Timeout overrides the inactivity timeout (it cannot exceed
@@ -101,27 +118,9 @@ func NewEngine(o Options) (*Engine, error) {
 	if o.Secret != nil && len(o.Secret) < 32 {
 		return nil, errors.New("flow: Options.Secret must be at least 32 bytes (or nil for stateful mode)")
 	}
+	o = o.withDefaults()
 	e := &Engine{lookup: o.Lookup, timeout: o.Timeout, maxPrompts: o.MaxPrompts,
 		maxDuration: o.MaxDuration, now: o.Now, log: o.Logger}
-	maxPerOwner := o.MaxPerOwner
-	if e.timeout <= 0 {
-		e.timeout = DefaultTimeout
-	}
-	if maxPerOwner == 0 {
-		maxPerOwner = DefaultMaxPerOwner
-	}
-	if e.maxPrompts == 0 {
-		e.maxPrompts = DefaultMaxPrompts
-	}
-	if e.maxDuration == 0 {
-		e.maxDuration = DefaultMaxDuration
-	}
-	if e.now == nil {
-		e.now = time.Now
-	}
-	if e.log == nil {
-		e.log = zap.NewNop()
-	}
 	if o.Secret != nil {
 		spent := o.Spent
 		if spent == nil {
@@ -129,7 +128,7 @@ func NewEngine(o Options) (*Engine, error) {
 		}
 		e.store = newTokenStore(o.Secret, spent, e.timeout, e.now, e.log)
 	} else {
-		e.store = newMemStore(e.timeout, maxPerOwner, e.maxDuration, e.now, e.log)
+		e.store = newMemStore(e.timeout, o.MaxPerOwner, e.maxDuration, e.now, e.log)
 	}
 	return e, nil
 }
@@ -182,10 +181,8 @@ func (e *Engine) Start(ctx context.Context, owner, toolName string, initial json
 		return nil, err
 	}
 	now := e.now()
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = e.timeout
-	}
+	// max(x, 0): a negative per-call timeout means the engine's, as zero does.
+	timeout := cmp.Or(max(opts.Timeout, 0), e.timeout)
 	if e.maxDuration > 0 && timeout > e.maxDuration {
 		timeout = e.maxDuration
 	}

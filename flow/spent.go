@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -67,9 +68,7 @@ type spentEntry struct {
 // NewMemorySpent returns an in-memory store holding at most capacity live
 // entries (0: DefaultSpentCapacity); now is the clock (nil: time.Now).
 func NewMemorySpent(capacity int, now func() time.Time) *MemorySpent {
-	if capacity <= 0 {
-		capacity = DefaultSpentCapacity
-	}
+	capacity = cmp.Or(max(capacity, 0), DefaultSpentCapacity)
 	if now == nil {
 		now = time.Now
 	}

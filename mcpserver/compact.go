@@ -104,7 +104,7 @@ func summarize(v *deviceView) deviceSummary {
 		d.Note = "this board offers no tools (no MCP support)"
 	case v.stale:
 		d.Note = "reconnecting: the tools listed are those it had; calls wait until it is ready"
-	case v.info.State.String() != "ready":
+	case v.info.State != device.StateReady:
 		d.Note = "starting up: its tools appear once it is ready"
 	}
 	return d
@@ -206,7 +206,7 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 		s.lines().unknownTool.Info(s.log, "tool call rejected", zap.String("device_id", v.info.DeviceID), clip.Field("tool", tool),
 			zap.String("outcome", "unknown_tool"))
 		switch {
-		case len(v.tools) == 0 && v.info.State.String() != "ready":
+		case len(v.tools) == 0 && v.info.State != device.StateReady:
 			return errorResult("Board %s is still starting up and has no tools yet. Try again in a few seconds.", boardLabel(v))
 		case len(v.tools) == 0:
 			return errorResult("Board %s offers no tools.", boardLabel(v))

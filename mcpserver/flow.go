@@ -7,6 +7,7 @@ package mcpserver
 // flowcall.go. docs/flow.md maps every message.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -122,10 +123,7 @@ func (s *Server) setupFlow() error {
 	for _, p := range o.Confirm {
 		s.confirm = append(s.confirm, strings.ToLower(strings.TrimSpace(p)))
 	}
-	s.flowTimeout = o.Timeout
-	if s.flowTimeout <= 0 {
-		s.flowTimeout = flow.DefaultTimeout
-	}
+	s.flowTimeout = cmp.Or(max(o.Timeout, 0), flow.DefaultTimeout)
 	s.stateKey = o.Secret
 	if len(s.stateKey) == 0 {
 		s.stateKey = make([]byte, 32)

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,40 +114,22 @@ type Options struct {
 	Access Access `yaml:"-"`
 }
 
-func (o *Options) fill() {
-	if o.Version == "" {
-		o.Version = "dev"
-	}
-	if o.PageSize <= 0 {
-		o.PageSize = DefaultPageSize
-	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if o.RateLimit == 0 {
-		o.RateLimit = DefaultRateLimit
-	}
-	if o.RateBurst <= 0 {
-		o.RateBurst = max(DefaultRateBurst, int(o.RateLimit))
-	}
-	if o.SessionTimeout == 0 {
-		o.SessionTimeout = DefaultSessionTimeout
-	}
-	if o.MaxSessions == 0 {
-		o.MaxSessions = DefaultMaxSessions
-	}
-	if o.MaxSessionsPerClient == 0 {
-		o.MaxSessionsPerClient = DefaultMaxSessionsPerClient
-	}
-	if o.ProgressInterval == 0 {
-		o.ProgressInterval = DefaultProgressInterval
-	}
-	if o.EventStoreBytes <= 0 {
-		o.EventStoreBytes = DefaultEventStoreBytes
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
+// withDefaults returns o with unset fields set to their defaults.
+func (o Options) withDefaults() Options {
+	o.Version = cmp.Or(o.Version, "dev")
+	o.Logger = cmp.Or(o.Logger, zap.NewNop())
+	// Only zero: a negative value is kept as given (see each field).
+	o.RateLimit = cmp.Or(o.RateLimit, DefaultRateLimit)
+	o.SessionTimeout = cmp.Or(o.SessionTimeout, DefaultSessionTimeout)
+	o.MaxSessions = cmp.Or(o.MaxSessions, DefaultMaxSessions)
+	o.MaxSessionsPerClient = cmp.Or(o.MaxSessionsPerClient, DefaultMaxSessionsPerClient)
+	o.ProgressInterval = cmp.Or(o.ProgressInterval, DefaultProgressInterval)
+	// max(x, 0): a negative value here has always meant the default too.
+	o.PageSize = cmp.Or(max(o.PageSize, 0), DefaultPageSize)
+	o.MaxBodyBytes = cmp.Or(max(o.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	o.RateBurst = cmp.Or(max(o.RateBurst, 0), max(DefaultRateBurst, int(o.RateLimit))) // after RateLimit
+	o.EventStoreBytes = cmp.Or(max(o.EventStoreBytes, 0), DefaultEventStoreBytes)
+	return o
 }
 
 // Validate reports option mistakes in words a user can act on.
@@ -217,7 +200,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.fill()
+	opts = opts.withDefaults()
 	aliases := MustAliases(opts.Aliases) // Validate checked them
 
 	s := &Server{

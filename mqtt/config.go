@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -177,43 +178,21 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Topics = c.Topics.WithDefaults()
-	if c.KeepAlive <= 0 {
-		c.KeepAlive = DefaultKeepAlive
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.MaxReconnectInterval <= 0 {
-		c.MaxReconnectInterval = DefaultMaxReconnectInterval
-	}
-	if c.MaxMessageSize <= 0 {
-		c.MaxMessageSize = envelope.DefaultMaxMessageSize
-	}
-	if c.InboxSize <= 0 {
-		c.InboxSize = DefaultInboxSize
-	}
 	c.BoardLimits = c.BoardLimits.WithDefaults()
-	if c.UDP.Listen == "" {
-		c.UDP.Listen = DefaultUDPListen
-	}
-	if c.Liveness.Interval == 0 {
-		c.Liveness.Interval = DefaultLivenessInterval
-	}
-	if c.Liveness.Timeout <= 0 {
-		c.Liveness.Timeout = DefaultLivenessTimeout
-	}
-	if c.Liveness.Misses <= 0 {
-		c.Liveness.Misses = DefaultLivenessMisses
-	}
-	if c.RecoverWindow <= 0 {
-		c.RecoverWindow = DefaultRecoverWindow
-	}
-	if c.RediscoverInterval <= 0 {
-		c.RediscoverInterval = DefaultRediscoverInterval
-	}
+	c.UDP.Listen = cmp.Or(c.UDP.Listen, DefaultUDPListen)
+	// Only zero: a negative interval is kept as given (no liveness probes).
+	c.Liveness.Interval = cmp.Or(c.Liveness.Interval, DefaultLivenessInterval)
+	// max(x, 0): a negative value here has always meant the default too.
+	c.KeepAlive = cmp.Or(max(c.KeepAlive, 0), DefaultKeepAlive)
+	c.ConnectTimeout = cmp.Or(max(c.ConnectTimeout, 0), DefaultConnectTimeout)
+	c.WriteTimeout = cmp.Or(max(c.WriteTimeout, 0), DefaultWriteTimeout)
+	c.MaxReconnectInterval = cmp.Or(max(c.MaxReconnectInterval, 0), DefaultMaxReconnectInterval)
+	c.MaxMessageSize = cmp.Or(max(c.MaxMessageSize, 0), envelope.DefaultMaxMessageSize)
+	c.InboxSize = cmp.Or(max(c.InboxSize, 0), DefaultInboxSize)
+	c.Liveness.Timeout = cmp.Or(max(c.Liveness.Timeout, 0), DefaultLivenessTimeout)
+	c.Liveness.Misses = cmp.Or(max(c.Liveness.Misses, 0), DefaultLivenessMisses)
+	c.RecoverWindow = cmp.Or(max(c.RecoverWindow, 0), DefaultRecoverWindow)
+	c.RediscoverInterval = cmp.Or(max(c.RediscoverInterval, 0), DefaultRediscoverInterval)
 	return c
 }
 

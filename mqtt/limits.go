@@ -7,6 +7,7 @@ package mqtt
 // the bridge can do is drop.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -56,12 +57,9 @@ func (l BoardLimits) WithDefaults() BoardLimits {
 	if !(l.Rate > 0) || math.IsInf(l.Rate, 0) { // NaN and negative values too
 		l.Rate = DefaultBoardRate
 	}
-	if l.Burst <= 0 {
-		l.Burst = DefaultBoardBurst
-	}
-	if l.FloodGrace <= 0 {
-		l.FloodGrace = DefaultFloodGrace
-	}
+	// max(x, 0): a negative value here has always meant the default too.
+	l.Burst = cmp.Or(max(l.Burst, 0), DefaultBoardBurst)
+	l.FloodGrace = cmp.Or(max(l.FloodGrace, 0), DefaultFloodGrace)
 	return l
 }
 

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,13 +49,9 @@ func DefaultTopics() Topics {
 // WithDefaults fills empty templates. An explicitly empty Shared list
 // (shared: []) is kept: it means boards must use their own uplink topic.
 func (t Topics) WithDefaults() Topics {
-	if t.Uplink == "" {
-		t.Uplink = DefaultUplink
-	}
-	if t.Downlink == "" {
-		t.Downlink = DefaultDownlink
-	}
-	if t.Shared == nil {
+	t.Uplink = cmp.Or(t.Uplink, DefaultUplink)
+	t.Downlink = cmp.Or(t.Downlink, DefaultDownlink)
+	if t.Shared == nil { // a slice: cmp.Or cannot compare it
 		t.Shared = []string{DefaultShared}
 	}
 	return t

@@ -108,9 +108,7 @@ func badRequest(format string, args ...any) error {
 // relies on: a MAC to name the board, an object body, sane identifiers.
 // Errors wrap ErrBadRequest and say what is wrong.
 func ParseRequest(r *http.Request, maxBody int64) (Request, error) {
-	if maxBody <= 0 {
-		maxBody = DefaultMaxBodyBytes
-	}
+	maxBody = cmp.Or(max(maxBody, 0), DefaultMaxBodyBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return Request{}, badRequest("reading the body: %v", err)

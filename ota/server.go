@@ -2,6 +2,7 @@ package ota
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -163,35 +164,18 @@ type Placement func(transport string) (t Target, ok bool)
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
-	if c.Path == "" {
-		c.Path = DefaultPath
-	}
-	if c.MQTTKeepAlive <= 0 {
-		c.MQTTKeepAlive = DefaultMQTTKeepAlive
-	}
-	if c.ActivationMessage == "" {
-		c.ActivationMessage = DefaultActivationMessage
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	c.Path = cmp.Or(c.Path, DefaultPath)
+	c.ActivationMessage = cmp.Or(c.ActivationMessage, DefaultActivationMessage)
 	lim := c.limits().withDefaults()
 	c.MaxPending, c.MaxDevices, c.PendingTTL, c.CodeDigits = lim.MaxPending, lim.MaxDevices, lim.PendingTTL, lim.CodeDigits
-	if c.RequestsPerSecond <= 0 {
-		c.RequestsPerSecond = DefaultRequestsPerSecond
-	}
-	if c.RequestBurst <= 0 {
-		c.RequestBurst = DefaultRequestBurst
-	}
-	if c.MaxAddresses <= 0 {
-		c.MaxAddresses = DefaultMaxAddresses
-	}
-	if c.CodeGuessesPerHour <= 0 {
-		c.CodeGuessesPerHour = DefaultCodeGuessesPerHour
-	}
-	if c.CodeGuessesPerCallerPerHour <= 0 {
-		c.CodeGuessesPerCallerPerHour = DefaultCodeGuessesPerCallerPerHour
-	}
+	// max(x, 0): a negative value here has always meant the default too.
+	c.MQTTKeepAlive = cmp.Or(max(c.MQTTKeepAlive, 0), DefaultMQTTKeepAlive)
+	c.MaxBodyBytes = cmp.Or(max(c.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	c.RequestsPerSecond = cmp.Or(max(c.RequestsPerSecond, 0), DefaultRequestsPerSecond)
+	c.RequestBurst = cmp.Or(max(c.RequestBurst, 0), DefaultRequestBurst)
+	c.MaxAddresses = cmp.Or(max(c.MaxAddresses, 0), DefaultMaxAddresses)
+	c.CodeGuessesPerHour = cmp.Or(max(c.CodeGuessesPerHour, 0), DefaultCodeGuessesPerHour)
+	c.CodeGuessesPerCallerPerHour = cmp.Or(max(c.CodeGuessesPerCallerPerHour, 0), DefaultCodeGuessesPerCallerPerHour)
 	return c
 }
 

@@ -2,6 +2,7 @@ package ota
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -100,18 +101,11 @@ const (
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxPending <= 0 {
-		l.MaxPending = DefaultMaxPending
-	}
-	if l.MaxDevices <= 0 {
-		l.MaxDevices = DefaultMaxDevices
-	}
-	if l.PendingTTL <= 0 {
-		l.PendingTTL = DefaultPendingTTL
-	}
-	if l.CodeDigits <= 0 {
-		l.CodeDigits = DefaultCodeDigits
-	}
+	// max(x, 0): a negative value here has always meant the default too.
+	l.MaxPending = cmp.Or(max(l.MaxPending, 0), DefaultMaxPending)
+	l.MaxDevices = cmp.Or(max(l.MaxDevices, 0), DefaultMaxDevices)
+	l.PendingTTL = cmp.Or(max(l.PendingTTL, 0), DefaultPendingTTL)
+	l.CodeDigits = cmp.Or(max(l.CodeDigits, 0), DefaultCodeDigits)
 	// Out of range values from code that builds a Limits itself: codes a
 	// board can read aloud, and pending boards given time to ask again.
 	l.CodeDigits = min(max(l.CodeDigits, minCodeDigits), maxCodeDigits)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -143,9 +144,7 @@ func (g *Gate) Watch(ctx context.Context, interval time.Duration) {
 	if g == nil || g.path == "" {
 		return
 	}
-	if interval <= 0 {
-		interval = DefaultWatchInterval
-	}
+	interval = cmp.Or(max(interval, 0), DefaultWatchInterval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -8,6 +8,7 @@ package stdioproxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,16 @@ type Options struct {
 	StartupWait time.Duration
 	// Logger receives the proxy's logs (never stdout). Nil discards.
 	Logger *zap.Logger
+}
+
+// withDefaults returns o with unset fields set to their defaults.
+func (o Options) withDefaults() Options {
+	o.Version = cmp.Or(o.Version, "dev")
+	o.Logger = cmp.Or(o.Logger, zap.NewNop())
+	// max(x, 0): a negative value here has always meant the default too.
+	o.RetryInterval = cmp.Or(max(o.RetryInterval, 0), 2*time.Second)
+	o.StartupWait = cmp.Or(max(o.StartupWait, 0), 8*time.Second)
+	return o
 }
 
 // Proxy lets a host that only launches stdio servers use a running
@@ -105,18 +116,7 @@ func New(opts Options) (*Proxy, error) {
 	if opts.URL == "" {
 		return nil, errors.New("stdio proxy: the bridge URL is required")
 	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 2 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
-	if opts.StartupWait <= 0 {
-		opts.StartupWait = 8 * time.Second
-	}
+	opts = opts.withDefaults()
 	p := &Proxy{opts: opts, log: opts.Logger, tools: map[string]string{}, resync: make(chan struct{}, 1),
 		ready: make(chan struct{}), rejected: make(chan struct{}), progress: map[string]progressTarget{}}
 	impl := &mcp.Implementation{Name: "devicebridge-stdio", Title: "devicebridge (stdio)", Version: opts.Version}

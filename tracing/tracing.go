@@ -4,6 +4,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -63,14 +64,8 @@ func Start(ctx context.Context, c Config, version string) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	ratio := c.SampleRatio
-	if ratio == 0 {
-		ratio = 1
-	}
-	flush := c.FlushInterval
-	if flush <= 0 {
-		flush = DefaultFlushInterval
-	}
+	ratio := cmp.Or(c.SampleRatio, 1)
+	flush := cmp.Or(max(c.FlushInterval, 0), DefaultFlushInterval)
 	res := resource.NewSchemaless(attribute.String("service.name", "devicebridge"), attribute.String("service.version", version))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(flush)),

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"cmp"
 	"errors"
 	"time"
 )
@@ -82,33 +83,17 @@ type TokenVerifier interface {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Path == "" {
-		c.Path = DefaultPath
-	}
-	if c.HelloTimeout <= 0 {
-		c.HelloTimeout = DefaultHelloTimeout
-	}
-	if c.ReadLimit <= 0 {
-		c.ReadLimit = DefaultReadLimit
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.PingInterval <= 0 {
-		c.PingInterval = DefaultPingInterval
-	}
-	if c.PongWait <= 0 {
-		c.PongWait = DefaultPongWait
-	}
-	if c.SendQueue <= 0 {
-		c.SendQueue = DefaultSendQueue
-	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
-	if c.MaxPendingHellos == 0 {
-		c.MaxPendingHellos = DefaultMaxPendingHellos
-	}
+	c.Path = cmp.Or(c.Path, DefaultPath)
+	// max(x, 0): a negative value here has always meant the default too.
+	c.HelloTimeout = cmp.Or(max(c.HelloTimeout, 0), DefaultHelloTimeout)
+	c.ReadLimit = cmp.Or(max(c.ReadLimit, 0), DefaultReadLimit)
+	c.WriteTimeout = cmp.Or(max(c.WriteTimeout, 0), DefaultWriteTimeout)
+	c.PingInterval = cmp.Or(max(c.PingInterval, 0), DefaultPingInterval)
+	c.PongWait = cmp.Or(max(c.PongWait, 0), DefaultPongWait)
+	c.SendQueue = cmp.Or(max(c.SendQueue, 0), DefaultSendQueue)
+	// Only zero: a negative limit is kept as given (no limit).
+	c.MaxConnections = cmp.Or(c.MaxConnections, DefaultMaxConnections)
+	c.MaxPendingHellos = cmp.Or(c.MaxPendingHellos, DefaultMaxPendingHellos)
 	return c
 }
 

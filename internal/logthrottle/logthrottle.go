@@ -7,6 +7,7 @@
 package logthrottle
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -39,10 +40,7 @@ func (t *Throttle) Allow() (suppressed int64, ok bool) {
 func (t *Throttle) allowAt(now time.Time) (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	interval := t.Interval
-	if interval <= 0 {
-		interval = DefaultInterval
-	}
+	interval := cmp.Or(max(t.Interval, 0), DefaultInterval)
 	if !t.last.IsZero() && now.Sub(t.last) < interval {
 		t.suppressed++
 		return 0, false

@@ -21,6 +21,8 @@ type shared struct {
 	done   chan struct{}
 	mu     sync.Mutex
 	reason error
+	closed bool
+	after  []func() // AfterClose callbacks not yet run
 }
 
 // ErrClosed is returned by Send and Receive after Close.
@@ -66,10 +68,28 @@ func (l *Link) SessionID() string { return l.Session }
 func (l *Link) Close(reason error) {
 	l.shared.once.Do(func() {
 		l.shared.mu.Lock()
-		l.shared.reason = reason
+		l.shared.reason, l.shared.closed = reason, true
+		after := l.shared.after
+		l.shared.after = nil
 		l.shared.mu.Unlock()
 		close(l.shared.done)
+		for _, f := range after {
+			go f()
+		}
 	})
+}
+
+// AfterClose runs f in its own goroutine once the pair has closed (at once
+// if it has), as device.LinkBase does for the real transports.
+func (l *Link) AfterClose(f func()) {
+	l.shared.mu.Lock()
+	if !l.shared.closed {
+		l.shared.after = append(l.shared.after, f)
+		l.shared.mu.Unlock()
+		return
+	}
+	l.shared.mu.Unlock()
+	go f()
 }
 
 func (l *Link) Done() <-chan struct{} { return l.shared.done }

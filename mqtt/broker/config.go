@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -136,29 +137,16 @@ type CredentialVerifier interface {
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
+	c.Listen = cmp.Or(c.Listen, DefaultListen)
 	c.Topics = c.Topics.WithDefaults()
-	if c.MaxPacketSize <= 0 {
-		c.MaxPacketSize = DefaultMaxPacketSize
-	}
-	if c.ClientWritesPending <= 0 {
-		c.ClientWritesPending = DefaultClientWritesPending
-	}
-	if c.ConnectPacketTimeout <= 0 {
-		c.ConnectPacketTimeout = DefaultConnectPacketTimeout
-	}
-	if c.MaxConnections <= 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
-	if c.MaxPendingConnects <= 0 {
-		c.MaxPendingConnects = DefaultMaxPendingConnects
-	}
 	c.BoardLimits = c.BoardLimits.WithDefaults()
-	if c.BoardQueue <= 0 {
-		c.BoardQueue = mqtt.DefaultInboxSize
-	}
+	// max(x, 0): a negative value here has always meant the default too.
+	c.MaxPacketSize = cmp.Or(max(c.MaxPacketSize, 0), DefaultMaxPacketSize)
+	c.ClientWritesPending = cmp.Or(max(c.ClientWritesPending, 0), DefaultClientWritesPending)
+	c.ConnectPacketTimeout = cmp.Or(max(c.ConnectPacketTimeout, 0), DefaultConnectPacketTimeout)
+	c.MaxConnections = cmp.Or(max(c.MaxConnections, 0), DefaultMaxConnections)
+	c.MaxPendingConnects = cmp.Or(max(c.MaxPendingConnects, 0), DefaultMaxPendingConnects)
+	c.BoardQueue = cmp.Or(max(c.BoardQueue, 0), mqtt.DefaultInboxSize)
 	return c
 }
 

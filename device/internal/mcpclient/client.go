@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,37 +80,25 @@ type Options struct {
 	Logger    *zap.Logger
 }
 
-func (o *Options) fill() {
-	if o.ClientName == "" {
-		o.ClientName = "devicebridge"
-	}
-	if o.MaxPages <= 0 {
-		o.MaxPages = DefaultMaxPages
-	}
-	if o.MaxTools <= 0 {
-		o.MaxTools = DefaultMaxTools
-	}
-	if o.MaxListBytes <= 0 {
-		o.MaxListBytes = DefaultMaxListBytes
-	}
-	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = DefaultRequestTimeout
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
-	}
+// withDefaults returns o with unset fields set to their defaults.
+func (o Options) withDefaults() Options {
+	o.ClientName = cmp.Or(o.ClientName, "devicebridge")
+	o.Logger = cmp.Or(o.Logger, zap.NewNop())
+	// max(x, 0): a negative value here has always meant the default too.
+	o.MaxPages = cmp.Or(max(o.MaxPages, 0), DefaultMaxPages)
+	o.MaxTools = cmp.Or(max(o.MaxTools, 0), DefaultMaxTools)
+	o.MaxListBytes = cmp.Or(max(o.MaxListBytes, 0), DefaultMaxListBytes)
+	o.RequestTimeout = cmp.Or(max(o.RequestTimeout, 0), DefaultRequestTimeout)
+	o.CallTimeout = cmp.Or(max(o.CallTimeout, 0), DefaultCallTimeout)
+	o.QueueSize = cmp.Or(max(o.QueueSize, 0), DefaultQueueSize)
+	// Maps: cmp.Or cannot compare them. An empty non-nil map is kept.
 	if o.ToolTimeouts == nil {
 		o.ToolTimeouts = DefaultToolTimeouts()
 	}
 	if o.RestartingTools == nil {
 		o.RestartingTools = DefaultRestartingTools()
 	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = DefaultQueueSize
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
+	return o
 }
 
 // Client talks MCP to one board over a JSON-RPC object stream.
@@ -126,7 +115,7 @@ type Client struct {
 
 // New starts a client on stream. The client owns the stream: Close closes it.
 func New(stream jsonrpc2.ObjectStream, opts Options) *Client {
-	opts.fill()
+	opts = opts.withDefaults()
 	c := &Client{
 		opts:  opts,
 		log:   opts.Logger,
@@ -284,9 +273,7 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 // for the reply once the request is sent, and ctx alone bounds the wait for
 // its turn: a liveness probe measures the board, not the queue ahead of it.
 func (c *Client) Call(ctx context.Context, method string, params any, timeout time.Duration) (json.RawMessage, error) {
-	if timeout <= 0 {
-		timeout = c.opts.RequestTimeout
-	}
+	timeout = cmp.Or(max(timeout, 0), c.opts.RequestTimeout)
 	var res json.RawMessage
 	err := c.request(ctx, method, params, &res, timeout, time.Time{})
 	return res, err

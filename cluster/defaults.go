@@ -1,0 +1,19 @@
+package cluster
+
+import (
+	"cmp"
+	"time"
+)
+
+// withDefaults returns c with unset fields set to their defaults. NodeID is
+// not among them: Start gives a node its generated id before checking it.
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	// max(x, 0): a negative value here has always meant the default too.
+	c.OfflineAfter = cmp.Or(max(c.OfflineAfter, 0), DefaultOfflineAfter)
+	c.RemoteCallLimit = cmp.Or(max(c.RemoteCallLimit, 0), 5*time.Minute)
+	c.SpentTTL = cmp.Or(max(c.SpentTTL, 0), DefaultSpentTTL)
+	c.CatalogGCInterval = cmp.Or(max(c.CatalogGCInterval, 0), 10*time.Minute)
+	c.CatalogGrace = cmp.Or(max(c.CatalogGrace, 0), 30*time.Minute)
+	return c
+}
