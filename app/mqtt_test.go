@@ -277,19 +277,6 @@ func externalBridge(t testing.TB, brokerURL string, mutate func(*Config)) *App {
 	})
 }
 
-// legacyConfig is an old, subscribing board pointed at a plain broker: it
-// publishes to its own uplink topic and subscribes to its downlink topic.
-func legacyConfig(brokerURL, mac string) simulator.MQTTConfig {
-	key := mqtt.TopicKey(mac)
-	return simulator.MQTTConfig{
-		Endpoint:          brokerURL,
-		Legacy:            true,
-		PublishTopic:      "devices/up/" + key,
-		SubscribeTopic:    "devices/p2p/" + key,
-		ReconnectInterval: 200 * time.Millisecond,
-	}
-}
-
 // BenchmarkCallRoundTrip measures one tool call, bridge → board → bridge,
 // through the device Hub, for the same simulated board over WebSocket, over
 // MQTT through the embedded broker, and (when installed) over MQTT through
@@ -346,7 +333,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 		require.NoError(b, a.MQTTGateway().WaitReady(wctx))
 		wcancel()
 		sb := board(b, "02:00:00:00:b0:03")
-		c, err := sb.ConnectMQTT(context.Background(), legacyConfig(mq.URL(), sb.MAC()))
+		c, err := sb.ConnectMQTT(context.Background(), simulator.LegacyMQTTConfig(mq.URL()))
 		require.NoError(b, err)
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
