@@ -65,7 +65,11 @@ func startBridge(t testing.TB, mutate func(*Config)) *App {
 	return runApp(t, cfg, logger)
 }
 
-// runApp starts an App and shuts it down at cleanup, each bounded.
+// runApp starts an App and shuts it down at cleanup, each bounded. It is
+// internal/bridgetest.Start for this package's internal tests, which cannot
+// import bridgetest (bridgetest imports app); startBridge, loggedApp and
+// startOTABridge are configs for it. Tests outside the package use
+// bridgetest.
 func runApp(t testing.TB, cfg Config, logger *zap.Logger) *App {
 	t.Helper()
 	a, err := New(cfg, logger)
