@@ -55,9 +55,15 @@ type Bridge struct {
 	// shutdown. A test may replace it right after Start.
 	HTTP *http.Client
 
-	cancel  context.CancelFunc // ends the context Start gave the App
-	stop    sync.Once
-	stopErr error
+	// A copy of the Bridge (another URL, say) shares its one shutdown.
+	life *lifetime
+}
+
+// lifetime is a bridge's context and its one shutdown.
+type lifetime struct {
+	cancel context.CancelFunc // ends the context Start gave the App
+	stop   sync.Once
+	err    error
 }
 
 // ShutdownWait is the deadline App.Shutdown is given. A shutdown still
@@ -128,12 +134,12 @@ func Start(t testing.TB, mutate func(*app.Config), opts ...Option) *Bridge {
 	}
 	base := "http://" + a.ControlAddr().String()
 	b := &Bridge{T: t, App: a, Base: base, URL: base + "/mcp", Logs: logs,
-		HTTP: &http.Client{Transport: &http.Transport{}}, cancel: cancel}
+		HTTP: &http.Client{Transport: &http.Transport{}}, life: &lifetime{cancel: cancel}}
 	t.Cleanup(func() {
 		// Reported here only when the test did not call Shutdown itself.
-		b.stop.Do(func() {
-			b.stopErr = b.shutdown()
-			assert.NoError(t, b.stopErr)
+		b.life.stop.Do(func() {
+			b.life.err = b.shutdown()
+			assert.NoError(t, b.life.err)
 		})
 	})
 	return b
@@ -143,14 +149,14 @@ func Start(t testing.TB, mutate func(*app.Config), opts ...Option) *Bridge {
 // or ErrShutdownHung. Only the first call (the test's, or the cleanup's)
 // shuts down; later ones return its result.
 func (b *Bridge) Shutdown() error {
-	b.stop.Do(func() { b.stopErr = b.shutdown() })
-	return b.stopErr
+	b.life.stop.Do(func() { b.life.err = b.shutdown() })
+	return b.life.err
 }
 
 func (b *Bridge) shutdown() error {
 	// Ending the context first closes MCP sessions and streams, as app.Run
 	// does on a signal.
-	b.cancel()
+	b.life.cancel()
 	b.HTTP.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownWait)
 	defer cancel()
