@@ -14,9 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -40,17 +42,12 @@ func testConfig() app.Config {
 	return cfg
 }
 
+// startApp runs a bridge (internal/bridgetest) with exactly cfg, logging
+// nothing, and returns it with its control base URL.
 func startApp(t *testing.T, cfg app.Config) (*app.App, string) {
 	t.Helper()
-	a, err := app.New(cfg, nil)
-	require.NoError(t, err)
-	require.NoError(t, a.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, a.Shutdown(ctx))
-	})
-	return a, "http://" + a.ControlAddr().String()
+	b := bridgetest.Start(t, func(c *app.Config) { *c = cfg }, bridgetest.WithLogger(zap.NewNop()))
+	return b.App, b.Base
 }
 
 func getJSON(t *testing.T, url string, out any) int {

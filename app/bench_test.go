@@ -13,6 +13,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 )
 
 // BenchmarkCallPath measures one tool call round trip to a simulated board
@@ -26,21 +27,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkCallPath -benchtime 2000x ./app/
 func BenchmarkCallPath(b *testing.B) {
-	cfg := app.Default()
-	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Simulate.Count = 1
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-	}()
+	a := bridgetest.Start(b, func(c *app.Config) { c.Simulate.Count = 1 }).App
 	const id = "02:00:00:00:00:01"
 	require.Eventually(b, func() bool {
 		s, ok := a.Hub.Session(id)

@@ -65,7 +65,11 @@ func startBridge(t testing.TB, mutate func(*Config)) *App {
 	return runApp(t, cfg, logger)
 }
 
-// runApp starts an App and shuts it down at cleanup, each bounded.
+// runApp starts an App and shuts it down at cleanup, each bounded. It is
+// internal/bridgetest.Start for this package's internal tests, which cannot
+// import bridgetest (bridgetest imports app); startBridge, loggedApp and
+// startOTABridge are configs for it. Tests outside the package use
+// bridgetest.
 func runApp(t testing.TB, cfg Config, logger *zap.Logger) *App {
 	t.Helper()
 	a, err := New(cfg, logger)
@@ -277,19 +281,6 @@ func externalBridge(t testing.TB, brokerURL string, mutate func(*Config)) *App {
 	})
 }
 
-// legacyConfig is an old, subscribing board pointed at a plain broker: it
-// publishes to its own uplink topic and subscribes to its downlink topic.
-func legacyConfig(brokerURL, mac string) simulator.MQTTConfig {
-	key := mqtt.TopicKey(mac)
-	return simulator.MQTTConfig{
-		Endpoint:          brokerURL,
-		Legacy:            true,
-		PublishTopic:      "devices/up/" + key,
-		SubscribeTopic:    "devices/p2p/" + key,
-		ReconnectInterval: 200 * time.Millisecond,
-	}
-}
-
 // BenchmarkCallRoundTrip measures one tool call, bridge → board → bridge,
 // through the device Hub, for the same simulated board over WebSocket, over
 // MQTT through the embedded broker, and (when installed) over MQTT through
@@ -346,7 +337,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 		require.NoError(b, a.MQTTGateway().WaitReady(wctx))
 		wcancel()
 		sb := board(b, "02:00:00:00:b0:03")
-		c, err := sb.ConnectMQTT(context.Background(), legacyConfig(mq.URL(), sb.MAC()))
+		c, err := sb.ConnectMQTT(context.Background(), simulator.LegacyMQTTConfig(mq.URL()))
 		require.NoError(b, err)
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), mqttWait)

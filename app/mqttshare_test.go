@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/internal/natstest"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/mosquittotest"
@@ -29,8 +29,8 @@ import (
 
 const sharedWait = 15 * time.Second
 
-// sharedNode is one node of the fleet; stop shuts it down once (the test's
-// cleanup calls it too).
+// sharedNode is one node of the fleet; stop shuts it down (once: the
+// test's cleanup does too when the test has not).
 type sharedNode struct {
 	app  *app.App
 	base string
@@ -46,23 +46,13 @@ func startSharedNode(t *testing.T, natsURL, brokerURL, id string, offlineAfter t
 	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
 	cfg.MQTT.MaxReconnectInterval = 200 * time.Millisecond
 	cfg.MQTT.KeepAlive = 2 * time.Second
-	a, err := app.New(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	require.NoError(t, err)
-	require.NoError(t, a.Start(context.Background()))
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, a.Shutdown(ctx))
-		})
-	}
-	t.Cleanup(stop)
+	b := bridgetest.Start(t, func(c *app.Config) { *c = cfg },
+		bridgetest.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
 	// A board's first message must find every node's uplink subscription.
 	ctx, cancel := context.WithTimeout(context.Background(), sharedWait)
 	defer cancel()
-	require.NoError(t, a.MQTTGateway().WaitReady(ctx))
-	return &sharedNode{app: a, base: "http://" + a.ControlAddr().String(), stop: stop}
+	require.NoError(t, b.App.MQTTGateway().WaitReady(ctx))
+	return &sharedNode{app: b.App, base: b.Base, stop: func() { require.NoError(t, b.Shutdown()) }}
 }
 
 // sharedBoard connects a subscribing board to the shared broker and makes
@@ -70,17 +60,15 @@ func startSharedNode(t *testing.T, natsURL, brokerURL, id string, offlineAfter t
 func sharedBoard(t *testing.T, brokerURL, mac string) *simulator.MQTTConn {
 	t.Helper()
 	b := newSimBoard(t, mac)
-	key := mqtt.TopicKey(mac)
 	ctx, cancel := context.WithTimeout(context.Background(), sharedWait)
 	defer cancel()
-	c, err := b.ConnectMQTT(ctx, simulator.MQTTConfig{Endpoint: brokerURL, Legacy: true,
-		PublishTopic: "devices/up/" + key, SubscribeTopic: "devices/p2p/" + key, ReconnectInterval: 200 * time.Millisecond})
+	c, err := b.ConnectMQTT(ctx, simulator.LegacyMQTTConfig(brokerURL))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	// The board subscribes on connect without waiting for the SUBACK, as
 	// old firmware does; subscribing again and waiting makes sure the
 	// bridge's first request (sent as soon as the hello is heard) finds it.
-	granted, err := c.SubscribeRaw(ctx, "devices/p2p/"+key)
+	granted, err := c.SubscribeRaw(ctx, "devices/p2p/"+mqtt.TopicKey(mac))
 	require.NoError(t, err)
 	require.True(t, granted)
 	require.NoError(t, c.OpenAudioChannel(ctx))

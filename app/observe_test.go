@@ -274,10 +274,8 @@ func TestReadyzNamesTheFailingCheck(t *testing.T) {
 	t.Cleanup(func() {
 		// paho's failed connect attempt ends only after its retry sleep
 		// (1s), longer than goleak waits by itself: wait for it first.
-		deadline := time.Now().Add(obsWait)
-		for goleak.Find(opt) != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		// VerifyNone then names the goroutines if it never did.
+		assert.Eventually(t, func() bool { return goleak.Find(opt) == nil }, obsWait, 50*time.Millisecond)
 		goleak.VerifyNone(t, opt)
 	})
 	dead, err := net.Listen("tcp", "127.0.0.1:0")

@@ -164,18 +164,6 @@ func TestSlowTool(t *testing.T) {
 	b.requireHealthy(t, s, ref)
 }
 
-// assertEventually polls f until it is true or wait passes.
-func assertEventually(f func() bool) bool {
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		if f() {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
 // TestCallFlood: 200 concurrent calls to one board, twice: through the
 // Hub and through the control API. The queue is bounded (some calls are
 // refused busy: device.CodeBusy, HTTP 503 device_busy with Retry-After),
@@ -220,7 +208,7 @@ func TestCallFlood(t *testing.T) {
 				}
 				req, _ := http.NewRequest(http.MethodPost, b.Base+"/api/devices/"+sb.MAC()+"/call",
 					stringsReader(`{"name":"self.lamp.get_state"}`))
-				resp, err := b.http.Do(req)
+				resp, err := b.HTTP.Do(req)
 				if err != nil {
 					s.lose(answerLoss(0, []byte(err.Error())), "http call: %v", err)
 					return

@@ -155,15 +155,15 @@ func TestMCPSessionFlood(t *testing.T) {
 	for _, sid := range sessions {
 		h := list.Clone()
 		h.Set("Mcp-Session-Id", sid)
-		code, body, _ := send(b.http, http.MethodPost, b.Base+"/mcp", h, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		code, body, _ := send(b.HTTP, http.MethodPost, b.Base+"/mcp", h, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 		if code != http.StatusAccepted {
 			s.lose(answerLoss(code, body), "an admitted session: %d %s", code, clip(body))
 			continue
 		}
-		code, body, _ = send(b.http, http.MethodDelete, b.Base+"/mcp", h, "")
+		code, body, _ = send(b.HTTP, http.MethodDelete, b.Base+"/mcp", h, "")
 		s.checkAs(answerLoss(code, body), "DELETE of an admitted session", statusErr(code, body, http.StatusNoContent))
 	}
-	if pollUntil(func() bool { return b.App.MCP().SessionStats().Live == 0 }) {
+	if assertEventually(func() bool { return b.App.MCP().SessionStats().Live == 0 }) {
 		s.ok()
 	} else {
 		s.growth("%d sessions live after every one was deleted", b.App.MCP().SessionStats().Live)
@@ -184,7 +184,7 @@ func TestMCPSessionFlood(t *testing.T) {
 		code, body, _ := send(clients[i%callers], http.MethodPost, idle.Base+"/mcp", mcpHeaders(), initializeBody)
 		s.check("initialize on the idle bridge", statusErr(code, body, http.StatusOK))
 	}
-	if pollUntil(func() bool { return idle.App.MCP().SessionStats().Live == 0 }) {
+	if assertEventually(func() bool { return idle.App.MCP().SessionStats().Live == 0 }) {
 		s.ok()
 	} else {
 		s.growth("%d idle sessions still open past mcp.session_timeout", idle.App.MCP().SessionStats().Live)
@@ -489,7 +489,7 @@ func TestConnectionFlood(t *testing.T) {
 	cfg.HTTP.ReadHeaderTimeout = 500 * time.Millisecond
 	b := startBridge(t, cfg, nil)
 	ref := b.board(simulator.Config{MAC: mac(22, 0)}).MAC()
-	b.http.CloseIdleConnections() // the harness's own keep-alives count too
+	b.HTTP.CloseIdleConnections() // the harness's own keep-alives count too
 
 	var held []net.Conn
 	for i := range idlers {
@@ -519,7 +519,7 @@ func TestConnectionFlood(t *testing.T) {
 		}
 		return c != nil && err == nil
 	}
-	if pollUntil(served) {
+	if assertEventually(served) {
 		s.ok()
 	} else {
 		s.hang("the control listener did not serve again after the idle connections closed")

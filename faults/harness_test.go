@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -152,13 +154,11 @@ func isTimeout(text string) bool {
 	return strings.Contains(text, "Timeout") || strings.Contains(text, "timeout") || strings.Contains(text, "deadline exceeded")
 }
 
-// bridge is a real bridge running in the test process.
+// bridge is a real bridge running in the test process
+// (internal/bridgetest), with the campaign's helpers.
 type bridge struct {
-	t    *testing.T
-	App  *app.App
-	Base string // control listener, http://host:port
-	http *http.Client
-	stop sync.Once
+	*bridgetest.Bridge
+	counted sync.Once // shutdowns counts the bridge once
 }
 
 // baseConfig is the default configuration on loopback port 0 with
@@ -180,21 +180,16 @@ func baseConfig() app.Config {
 }
 
 // startBridge starts a bridge and shuts it down at the end of the test.
-// logger may be nil (errors go to the test log).
+// logger may be nil (errors go to the test log). Its HTTP client gives up
+// after wait (a hang, not a test stuck) and keeps connections for floods.
 func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 	t.Helper()
 	if logger == nil {
 		logger = zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel))
 	}
-	a, err := app.New(cfg, logger)
-	require.NoError(t, err)
-	// Start hands ctx to long-running parts (the /mcp server stops when it
-	// ends): it lives as long as the bridge.
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	require.NoError(t, a.Start(ctx))
-	b := &bridge{t: t, App: a, Base: "http://" + a.ControlAddr().String(),
-		http: &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	b := &bridge{Bridge: bridgetest.Start(t, func(c *app.Config) { *c = cfg }, bridgetest.WithLogger(logger))}
+	b.HTTP = &http.Client{Timeout: wait, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// Before bridgetest's own cleanup, so that the campaign counts it.
 	t.Cleanup(b.shutdown)
 	return b
 }
@@ -206,26 +201,20 @@ func startBridge(t *testing.T, cfg app.Config, logger *zap.Logger) *bridge {
 // campaign goes on. TestZZSummary lists it with the scenarios.
 var shutdowns = &tally{name: "bridge shutdowns"}
 
-// shutdown stops the bridge (once; the test's cleanup calls it too).
+// shutdown stops the bridge (once; the test's cleanup calls it too) and
+// counts it in shutdowns.
 func (b *bridge) shutdown() {
-	b.stop.Do(func() {
-		b.http.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		done := make(chan error, 1)
-		// Owned by this function while it ends in time; a shutdown that hangs
-		// is left behind, and its test fails.
-		go func() { done <- b.App.Shutdown(ctx) }()
-		select {
-		case err := <-done:
-			shutdowns.check(b.t.Name(), err)
-			assert.NoError(b.t, err)
-		case <-time.After(wait + 5*time.Second):
+	b.counted.Do(func() {
+		err := b.Shutdown()
+		if errors.Is(err, bridgetest.ErrShutdownHung) {
 			buf := make([]byte, 1<<20)
 			n := runtime.Stack(buf, true)
-			shutdowns.hang("%s: the bridge's shutdown did not end", b.t.Name())
-			b.t.Errorf("the bridge's shutdown did not end within %v; goroutines by top frame:\n%s", wait+5*time.Second, summarizeStacks(buf[:n]))
+			shutdowns.hang("%s: the bridge's shutdown did not end", b.T.Name())
+			b.T.Errorf("the bridge's shutdown did not end within %v; goroutines by top frame:\n%s", bridgetest.HangAfter, summarizeStacks(buf[:n]))
+			return
 		}
+		shutdowns.check(b.T.Name(), err)
+		assert.NoError(b.T, err)
 	})
 }
 
@@ -242,7 +231,7 @@ func (b *bridge) do(method, path string, body []byte, header http.Header) (int, 
 	if body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := b.http.Do(req)
+	resp, err := b.HTTP.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}
@@ -295,8 +284,8 @@ func (b *bridge) requireHealthy(t *testing.T, s *tally, ref string) {
 
 // waitReady waits until the Hub holds a ready session for mac.
 func (b *bridge) waitReady(mac string) {
-	b.t.Helper()
-	require.Eventually(b.t, func() bool { return b.ready(mac) }, wait, 5*time.Millisecond, "%s ready", mac)
+	b.T.Helper()
+	require.Eventually(b.T, func() bool { return b.ready(mac) }, wait, 5*time.Millisecond, "%s ready", mac)
 }
 
 func (b *bridge) ready(mac string) bool {
@@ -315,26 +304,26 @@ func profile(t testing.TB, name string) *simulator.Profile {
 // board connects a simulated board over WebSocket, closes it at the end
 // of the test, and waits until the bridge has it ready.
 func (b *bridge) board(cfg simulator.Config) *simulator.Board {
-	b.t.Helper()
+	b.T.Helper()
 	if cfg.Profile == nil {
-		cfg.Profile = profile(b.t, "breadboard")
+		cfg.Profile = profile(b.T, "breadboard")
 	}
 	if cfg.Token == "" && len(b.App.Config().WebSocket.Tokens) > 0 {
 		cfg.Token = b.App.Config().WebSocket.Tokens[0]
 	}
 	sb, err := simulator.NewBoard(cfg)
-	require.NoError(b.t, err)
-	b.t.Cleanup(func() { _ = sb.Close() })
+	require.NoError(b.T, err)
+	b.T.Cleanup(func() { _ = sb.Close() })
 	b.connect(sb)
 	return sb
 }
 
 // connect (re)connects a simulated board and waits until it is ready.
 func (b *bridge) connect(sb *simulator.Board) {
-	b.t.Helper()
+	b.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	require.NoError(b.t, sb.ConnectWebSocket(ctx, b.App.DeviceURL()))
+	require.NoError(b.T, sb.ConnectWebSocket(ctx, b.App.DeviceURL()))
 	b.waitReady(sb.MAC())
 }
 
@@ -365,9 +354,9 @@ const (
 // baseline measures resource use once the bridge and its reference
 // boards are settled.
 func (b *bridge) baseline() usage {
-	b.http.CloseIdleConnections()
+	b.HTTP.CloseIdleConnections()
 	u := measure()
-	b.t.Logf("baseline: %s", u)
+	b.T.Logf("baseline: %s", u)
 	return u
 }
 
@@ -376,8 +365,8 @@ func (b *bridge) baseline() usage {
 func (b *bridge) settled(t *testing.T, s *tally, base usage, after string) {
 	t.Helper()
 	var u usage
-	ok := pollUntil(func() bool {
-		b.http.CloseIdleConnections()
+	ok := assertEventually(func() bool {
+		b.HTTP.CloseIdleConnections()
 		u = measure()
 		return u.goroutines <= base.goroutines+goroutineSlack && u.heap <= base.heap+heapSlack
 	})
@@ -392,19 +381,19 @@ func (b *bridge) settled(t *testing.T, s *tally, base usage, after string) {
 	t.Logf("after %s: %s (baseline %s)", after, u, base)
 }
 
-// pollUntil polls f until it is true or wait passes.
-func pollUntil(f func() bool) bool {
-	deadline := time.Now().Add(wait)
-	for {
-		if f() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// assertEventually polls f until it is true or wait passes, and says
+// which. Unlike assert.Eventually it does not fail the test by itself: the
+// caller counts the outcome in its scenario (a loss fails the test when
+// the scenario ends, with the others).
+func assertEventually(f func() bool) bool {
+	return assert.Eventually(uncounted{}, f, wait, 20*time.Millisecond)
 }
+
+// uncounted takes assert's report of a poll that never succeeded, which
+// the scenario's tally reports instead.
+type uncounted struct{}
+
+func (uncounted) Errorf(string, ...any) {}
 
 // summarizeStacks counts goroutines by their top frame, to say what leaked.
 func summarizeStacks(dump []byte) string {

@@ -91,7 +91,7 @@ func (b *bridge) published() ([]*mcp.Tool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "faults", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.Base + "/mcp", HTTPClient: b.http, MaxRetries: -1}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.Base + "/mcp", HTTPClient: b.HTTP, MaxRetries: -1}, nil)
 	if err != nil {
 		return nil, err
 	}

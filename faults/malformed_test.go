@@ -327,7 +327,7 @@ func invalidHellos(t *testing.T, b *bridge, s *tally) {
 	} {
 		r, err := req()
 		require.NoError(t, err)
-		resp, err := b.http.Do(r)
+		resp, err := b.HTTP.Do(r)
 		if err != nil {
 			s.fail("plain request: %v", err)
 			continue
@@ -646,7 +646,7 @@ func (b *bridge) mcpPost(body []byte, h http.Header) (int, http.Header, []byte) 
 	for k, v := range h {
 		req.Header[k] = v
 	}
-	resp, err := b.http.Do(req)
+	resp, err := b.HTTP.Do(req)
 	if err != nil {
 		return 0, nil, []byte(err.Error())
 	}

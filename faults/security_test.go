@@ -126,7 +126,7 @@ func TestSecurity(t *testing.T) {
 		if host != "" {
 			req.Host = host
 		}
-		resp, err := b.http.Do(req)
+		resp, err := b.HTTP.Do(req)
 		if err != nil {
 			return 0
 		}
@@ -402,7 +402,7 @@ func (b *bridge) mcpPostHost(body []byte, h http.Header) (int, http.Header, []by
 		for k, v := range h {
 			req.Header[k] = v
 		}
-		resp, err := b.http.Do(req)
+		resp, err := b.HTTP.Do(req)
 		if err != nil {
 			return 0, nil, []byte(err.Error())
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/simulator"
@@ -79,18 +81,15 @@ func BenchmarkFanout(b *testing.B) {
 		names[i] = upstreamName(macs[i], tool)
 	}
 	start := time.Now()
-	for n := 0; n < boards; {
-		if time.Since(start) > 60*time.Second {
-			b.Fatalf("only %d of %d boards published after 60 s", n, boards)
-		}
-		time.Sleep(20 * time.Millisecond)
-		n = 0
+	require.EventuallyWithT(b, func(c *assert.CollectT) {
+		n := 0
 		for _, mac := range macs {
 			if a.MCP().Published(mac) {
 				n++
 			}
 		}
-	}
+		assert.Equal(c, boards, n, "boards published")
+	}, 60*time.Second, 20*time.Millisecond)
 	ready := time.Since(start)
 	time.Sleep(200 * time.Millisecond) // the last notification is debounced
 	burstChanged := changed.Load()

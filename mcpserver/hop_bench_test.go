@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/internal/peer"
@@ -46,7 +47,6 @@ func BenchmarkHop(b *testing.B) {
 	for i := 1; i <= hopBoards; i++ {
 		names = append(names, upstreamName(fmt.Sprintf("02:00:00:00:00:%02x", i), tool))
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	published := func() bool {
 		for i := 1; i <= hopBoards; i++ {
 			if !a.MCP().Published(fmt.Sprintf("02:00:00:00:00:%02x", i)) {
@@ -55,12 +55,7 @@ func BenchmarkHop(b *testing.B) {
 		}
 		return true
 	}
-	for !published() {
-		if time.Now().After(deadline) {
-			b.Fatal("simulated boards never became ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventually(b, published, 30*time.Second, 10*time.Millisecond, "simulated boards never became ready")
 	bridgeURL := br.URL
 
 	peerSrv := httptest.NewServer(peer.Handler())

@@ -184,12 +184,12 @@ func TestMosquittoFloodingBoard(t *testing.T) {
 	defer cancel()
 
 	healthy := newBoard(t, simulator.Config{MAC: "02:00:00:00:0f:21"})
-	hc := br.connect(healthy, legacyConfig(mq.URL(), healthy.MAC()))
+	hc := br.connect(healthy, simulator.LegacyMQTTConfig(mq.URL()))
 	require.NoError(t, hc.OpenAudioChannel(ctx))
 	br.waitReady(healthy.MAC())
 
 	flooder := newBoard(t, simulator.Config{MAC: "02:00:00:00:0f:22"})
-	fc := br.connect(flooder, legacyConfig(mq.URL(), flooder.MAC()))
+	fc := br.connect(flooder, simulator.LegacyMQTTConfig(mq.URL()))
 	require.NoError(t, fc.OpenAudioChannel(ctx))
 	br.waitReady(flooder.MAC())
 	s, _ := br.hub.Session(flooder.MAC())
@@ -281,7 +281,7 @@ func TestRepliesDoNotCountAgainstTheRate(t *testing.T) {
 		br := startExternal(t, mq.URL(), options{gateway: func(c *mqtt.Config) { c.BoardLimits = tight }})
 		br.waitSubscribed()
 		b := newBoard(t, simulator.Config{MAC: "02:00:00:00:0f:62"})
-		conn := br.connect(b, legacyConfig(mq.URL(), b.MAC()))
+		conn := br.connect(b, simulator.LegacyMQTTConfig(mq.URL()))
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		require.NoError(t, conn.OpenAudioChannel(ctx))

@@ -474,19 +474,6 @@ func TestEmbeddedReboot(t *testing.T) {
 	br.waitGone(b.MAC())
 }
 
-// legacyConfig is an old, subscribing board pointed at a plain broker: it
-// publishes to its own uplink topic and subscribes to its downlink topic.
-func legacyConfig(brokerURL, mac string) simulator.MQTTConfig {
-	key := mqtt.TopicKey(mac)
-	return simulator.MQTTConfig{
-		Endpoint:          brokerURL,
-		Legacy:            true,
-		PublishTopic:      "devices/up/" + key,
-		SubscribeTopic:    "devices/p2p/" + key,
-		ReconnectInterval: 200 * time.Millisecond,
-	}
-}
-
 // TestMosquittoLegacyRoundTrip: a real Mosquitto between the bridge and a
 // legacy (subscribing) board. The board is found when it first speaks,
 // answers hello and MCP, and after the broker is killed and restarted
@@ -508,7 +495,7 @@ func TestMosquittoLegacyRoundTrip(t *testing.T) {
 		// the firmware) can answer the bridge's recovery.
 		Hold: map[string]<-chan struct{}{"self.lamp.get_state": release},
 	})
-	conn := br.connect(b, legacyConfig(mq.URL(), b.MAC()))
+	conn := br.connect(b, simulator.LegacyMQTTConfig(mq.URL()))
 
 	// Nothing announces the board on a plain broker; its first message does.
 	require.False(t, br.listed(b.MAC()))
@@ -568,7 +555,7 @@ func TestMosquittoLiveness(t *testing.T) {
 	defer cancel()
 
 	b := newBoard(t, simulator.Config{MAC: "02:00:00:00:08:01"})
-	conn := br.connect(b, legacyConfig(mq.URL(), b.MAC()))
+	conn := br.connect(b, simulator.LegacyMQTTConfig(mq.URL()))
 	require.NoError(t, conn.OpenAudioChannel(ctx))
 	br.waitReady(b.MAC())
 	s, _ := br.hub.Session(b.MAC())

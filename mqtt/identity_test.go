@@ -101,7 +101,7 @@ func TestMosquittoTopicKeysNameBoards(t *testing.T) {
 
 	const mac = "02:00:00:00:0c:01"
 	real := newBoard(t, simulator.Config{MAC: mac})
-	rc := br.connect(real, legacyConfig(mq.URL(), mac))
+	rc := br.connect(real, simulator.LegacyMQTTConfig(mq.URL()))
 	require.NoError(t, rc.OpenAudioChannel(ctx))
 	br.waitReady(mac)
 	require.EqualValues(t, 1, br.gw.Stats().Hellos)

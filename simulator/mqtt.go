@@ -103,6 +103,22 @@ type MQTTConfig struct {
 	HelloOnConnect bool
 }
 
+// LegacyMQTTConfig is an old, subscribing board pointed at a plain
+// broker (no OTA telling it where): it publishes to its own uplink topic,
+// devices/up/{mac}, and subscribes to its downlink topic,
+// devices/p2p/{mac}, the topics a bridge behind an external broker uses by
+// default. It reconnects after 200 ms, so that tests restarting a broker
+// do not wait the firmware's 10 s.
+func LegacyMQTTConfig(brokerURL string) MQTTConfig {
+	return MQTTConfig{
+		Endpoint:          brokerURL,
+		Legacy:            true,
+		PublishTopic:      "devices/up/{mac}",
+		SubscribeTopic:    "devices/p2p/{mac}",
+		ReconnectInterval: 200 * time.Millisecond,
+	}
+}
+
 // MQTTStats are one MQTT connection's transport counters.
 type MQTTStats struct {
 	Connects      uint64 // successful MQTT connects, reconnects included

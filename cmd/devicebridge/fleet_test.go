@@ -27,7 +27,7 @@ func TestFleet(t *testing.T) {
 	startBridgeBoards(t, node("a"), "02:00:00:00:00:01", "02:00:00:00:00:02")
 	b := startBridgeBoards(t, node("b"), "02:00:00:00:00:07")
 
-	env := map[string]string{"DEVICEBRIDGE_URL": b.base}
+	env := map[string]string{"DEVICEBRIDGE_URL": b.Base}
 	ctx := context.Background()
 	var out string
 	require.Eventually(t, func() bool {

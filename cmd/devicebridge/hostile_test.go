@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -33,7 +34,7 @@ const (
 // --json passes them on exactly.
 func TestHostileBoardStringsAreEscaped(t *testing.T) {
 	br := startBridgeBoards(t, func(*app.Config) {}, "02:00:00:00:00:01")
-	env := map[string]string{"DEVICEBRIDGE_URL": br.base}
+	env := map[string]string{"DEVICEBRIDGE_URL": br.Base}
 	ctx := context.Background()
 	// run checks that human output is inert; --json output is the
 	// bridge's JSON as it is (JSON leaves bidi and C1 characters raw).
@@ -50,7 +51,7 @@ func TestHostileBoardStringsAreEscaped(t *testing.T) {
 	// watch sees the board arrive and its tool called.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wOut, wErr syncBuffer
+	var wOut, wErr bridgetest.SyncBuffer
 	w := &cli{stdout: newScreen(&wOut), stderr: newScreen(&wErr)}
 	done := make(chan int, 1)
 	go func() { done <- w.run(wctx, []string{"watch"}, func(k string) string { return env[k] }) }()
@@ -70,7 +71,7 @@ func TestHostileBoardStringsAreEscaped(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 	defer ccancel()
-	require.NoError(t, b.ConnectWebSocket(cctx, br.app.DeviceURL()))
+	require.NoError(t, b.ConnectWebSocket(cctx, br.App.DeviceURL()))
 	require.Eventually(t, func() bool {
 		var d board
 		return br.get(t, "/api/devices/02:00:00:00:00:66", &d) && d.State == "ready"
@@ -180,7 +181,7 @@ func TestSafe(t *testing.T) {
 
 func devSummary(br *bridge) string {
 	var s []string
-	for _, d := range br.app.Hub.Devices() {
+	for _, d := range br.App.Hub.Devices() {
 		s = append(s, d.DeviceID+" "+d.State.String()+" "+d.InitError+" "+d.CloseReason)
 	}
 	return strings.Join(s, "; ")

@@ -30,13 +30,13 @@ func TestNamesWinOverChosenIDs(t *testing.T) {
 	t.Cleanup(func() { _ = fake.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, fake.ConnectWebSocket(ctx, br.app.DeviceURL()))
+	require.NoError(t, fake.ConnectWebSocket(ctx, br.App.DeviceURL()))
 	require.Eventually(t, func() bool {
-		d, ok := br.app.Hub.Device("kitchen")
-		return ok && d.State == device.StateReady && br.app.MCP().Published("kitchen")
+		d, ok := br.App.Hub.Device("kitchen")
+		return ok && d.State == device.StateReady && br.App.MCP().Published("kitchen")
 	}, 10*time.Second, 20*time.Millisecond)
 
-	env := map[string]string{"DEVICEBRIDGE_URL": br.base}
+	env := map[string]string{"DEVICEBRIDGE_URL": br.Base}
 	code, out, errOut := runCLI(t, ctx, env, "", "show", "kitchen")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "device     "+real+"\n")
@@ -46,10 +46,10 @@ func TestNamesWinOverChosenIDs(t *testing.T) {
 	assert.NotEqual(t, 17, fake.State()["audio_speaker.volume"], "the impostor got nothing meant for kitchen")
 
 	// The named board leaves; its name no longer reaches any board.
-	s, ok := br.app.Hub.Session(real)
+	s, ok := br.App.Hub.Session(real)
 	require.True(t, ok)
 	s.Close(device.ErrShutdown)
-	require.Eventually(t, func() bool { _, ok := br.app.Hub.Device(real); return !ok }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { _, ok := br.App.Hub.Device(real); return !ok }, 10*time.Second, 20*time.Millisecond)
 	code, _, _ = runCLI(t, ctx, env, "", "call", "kitchen", "self.audio_speaker.set_volume", "volume=33")
 	assert.NotEqual(t, exitOK, code)
 	assert.NotEqual(t, 33, fake.State()["audio_speaker.volume"])

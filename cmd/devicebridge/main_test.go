@@ -6,7 +6,6 @@ package main
 // progress indicator), as a process on a pseudo-terminal typed into.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,16 +15,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/app"
-	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -39,10 +38,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type bridge struct {
-	app  *app.App
-	base string
-}
+// bridge is a real bridge (internal/bridgetest) with the CLI's helpers.
+type bridge struct{ *bridgetest.Bridge }
 
 // startBridge runs a bridge with boards 02:00:00:00:00:01..03; board 03's
 // self.lamp.turn_on takes 1.5 s (the progress indicator).
@@ -57,52 +54,23 @@ func startBridgeWith(t *testing.T, configure func(*app.Config)) *bridge {
 	return startBridgeBoards(t, configure, "02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03")
 }
 
-// startBridgeBoards is startBridgeWith with these boards; the third (if
-// any) has the slow lamp.
+// startBridgeBoards is startBridgeWith with these boards, each ready and
+// published before it returns; the third (if any) has the slow lamp.
 func startBridgeBoards(t *testing.T, configure func(*app.Config), macs ...string) *bridge {
 	t.Helper()
-	cfg := app.Default()
-	cfg.DeviceListen, cfg.ControlListen, cfg.MQTT.Listen = "127.0.0.1:0", "127.0.0.1:0", ""
-	configure(&cfg)
-	a, err := app.New(cfg, nil)
-	require.NoError(t, err)
-	require.NoError(t, a.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, a.Shutdown(ctx))
-	})
-	profile, err := simulator.LoadProfile("breadboard")
-	require.NoError(t, err)
+	br := &bridge{bridgetest.Start(t, configure, bridgetest.WithLogger(zap.NewNop()))}
 	for i, mac := range macs {
-		c := simulator.Config{MAC: mac, Profile: profile}
+		var c simulator.Config
 		if i == 2 {
 			c.ToolDelay = map[string]time.Duration{"self.lamp.turn_on": 1500 * time.Millisecond}
 		}
-		b, err := simulator.NewBoard(c)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = b.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
-		cancel()
+		br.Board(mac, "breadboard", c)
 	}
-	br := &bridge{app: a, base: "http://" + a.ControlAddr().String()}
-	// Read from the Hub: a policy may hide boards from a token's view.
-	// Only this bridge's own boards count (in a fleet the Hub lists others).
-	require.Eventually(t, func() bool {
-		ready := 0
-		for _, d := range a.Hub.Devices() {
-			if d.State == device.StateReady && d.Node == "" {
-				ready++
-			}
-		}
-		return ready == len(macs)
-	}, 10*time.Second, 20*time.Millisecond)
 	return br
 }
 
 func (b *bridge) get(t *testing.T, path string, out any, token ...string) bool {
-	req, _ := http.NewRequest("GET", b.base+path, nil)
+	req, _ := http.NewRequest("GET", b.Base+path, nil)
 	if len(token) > 0 {
 		req.Header.Set("Authorization", "Bearer "+token[0])
 	}
@@ -115,7 +83,7 @@ func (b *bridge) get(t *testing.T, path string, out any, token ...string) bool {
 // volume asks a board for its speaker volume through the control API.
 func (b *bridge) volume(t *testing.T, mac string) int {
 	t.Helper()
-	resp, err := http.Post(b.base+"/api/devices/"+mac+"/call", "application/json", strings.NewReader(`{"name":"self.get_device_status"}`))
+	resp, err := http.Post(b.Base+"/api/devices/"+mac+"/call", "application/json", strings.NewReader(`{"name":"self.get_device_status"}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var res callResult
@@ -129,29 +97,11 @@ func (b *bridge) volume(t *testing.T, mac string) int {
 	return st.AudioSpeaker.Volume
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runCLI runs the command in-process; it returns the exit code, stdout and
 // stderr.
 func runCLI(t *testing.T, ctx context.Context, env map[string]string, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut bridgetest.SyncBuffer
 	c := &cli{stdin: strings.NewReader(stdin), stdout: newScreen(&out), stderr: newScreen(&errOut)}
 	code := c.run(ctx, args, func(k string) string { return env[k] })
 	return code, out.String(), errOut.String()
@@ -159,7 +109,7 @@ func runCLI(t *testing.T, ctx context.Context, env map[string]string, stdin stri
 
 func TestCommands(t *testing.T) {
 	br := startBridge(t)
-	env := map[string]string{"DEVICEBRIDGE_URL": br.base}
+	env := map[string]string{"DEVICEBRIDGE_URL": br.Base}
 	ctx := context.Background()
 	run := func(stdin string, args ...string) (int, string, string) { return runCLI(t, ctx, env, stdin, args...) }
 
@@ -257,7 +207,7 @@ func TestCommands(t *testing.T) {
 	t.Run("watch", func(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		var out, errOut syncBuffer
+		var out, errOut bridgetest.SyncBuffer
 		c := &cli{stdout: newScreen(&out), stderr: newScreen(&errOut)}
 		done := make(chan int, 1)
 		go func() { done <- c.run(wctx, []string{"watch"}, func(k string) string { return env[k] }) }()
@@ -279,10 +229,10 @@ func TestCommands(t *testing.T) {
 
 func TestToken(t *testing.T) {
 	br := startBridge(t, "s3cret")
-	code, _, errOut := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base}, "", "devices")
+	code, _, errOut := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.Base}, "", "devices")
 	assert.Equal(t, exitUnreachable, code)
 	assert.Contains(t, errOut, "set DEVICEBRIDGE_TOKEN")
-	code, out, _ := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base, "DEVICEBRIDGE_TOKEN": "s3cret"}, "", "devices")
+	code, out, _ := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.Base, "DEVICEBRIDGE_TOKEN": "s3cret"}, "", "devices")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "02:00:00:00:00:03")
 }
@@ -303,7 +253,7 @@ func TestPolicyAppliesToTheCLI(t *testing.T) {
 		c.Auth.PolicyFile = policyFile
 	})
 	as := func(token string, args ...string) (int, string, string) {
-		return runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.base, "DEVICEBRIDGE_TOKEN": token}, "", args...)
+		return runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.Base, "DEVICEBRIDGE_TOKEN": token}, "", args...)
 	}
 	code, out, _ := as("k-secret", "devices")
 	require.Equal(t, exitOK, code)
@@ -327,7 +277,7 @@ type term struct {
 	t    *testing.T
 	f    *os.File
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  bridgetest.SyncBuffer
 	seen int
 	done chan struct{}
 }
@@ -347,16 +297,12 @@ func startTerm(t *testing.T, base string, args ...string) *term {
 // expect waits for s to appear after what earlier expects consumed.
 func (tm *term) expect(s string) {
 	tm.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		all := tm.out.String()
-		if i := strings.Index(all[tm.seen:], s); i >= 0 {
-			tm.seen += i + len(s)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	shown := func() bool { return strings.Contains(tm.out.String()[tm.seen:], s) }
+	if !assert.Eventually(tm.t, shown, 10*time.Second, 10*time.Millisecond, "terminal never showed %q", s) {
+		tm.t.Fatalf("the terminal shows:\n%s", tm.out.String())
 	}
-	tm.t.Fatalf("terminal never showed %q; it shows:\n%s", s, tm.out.String())
+	// The output only grows: the first match after seen is still there.
+	tm.seen += strings.Index(tm.out.String()[tm.seen:], s) + len(s)
 }
 
 // typeLine types a line and Enter, a key at a time.
@@ -384,7 +330,7 @@ func TestInteractOnATerminal(t *testing.T) {
 	br := startBridge(t)
 
 	t.Run("a missing argument is asked, a bad answer asked again", func(t *testing.T) {
-		tm := startTerm(t, br.base, "interact", "dev_000003", "set_volume")
+		tm := startTerm(t, br.Base, "interact", "dev_000003", "set_volume")
 		tm.expect("self.audio_speaker.set_volume on 02:00:00:00:00:03")
 		tm.expect("volume: a whole number from 0 to 100.")
 		tm.expect("volume (0..100)> ")
@@ -398,7 +344,7 @@ func TestInteractOnATerminal(t *testing.T) {
 	})
 
 	t.Run("a dangerous tool is confirmed; no sends nothing", func(t *testing.T) {
-		tm := startTerm(t, br.base, "interact", "01", "reboot")
+		tm := startTerm(t, br.Base, "interact", "01", "reboot")
 		tm.expect("Run self.reboot with {}?")
 		tm.expect("yes/no> ")
 		tm.typeLine("maybe")
@@ -412,7 +358,7 @@ func TestInteractOnATerminal(t *testing.T) {
 	})
 
 	t.Run("a call over a second shows progress", func(t *testing.T) {
-		tm := startTerm(t, br.base, "call", "03", "lamp.turn_on")
+		tm := startTerm(t, br.Base, "call", "03", "lamp.turn_on")
 		tm.expect("calling self.lamp.turn_on on 02:00:00:00:00:03… 1.")
 		tm.expect("true")
 		assert.Equal(t, exitOK, tm.exitCode())

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -64,31 +65,13 @@ func TestRun(t *testing.T) {
 	assert.ElementsMatch(t, []string{"02:aa:00:00:00:01", "02:aa:00:00:00:02"}, ids)
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestStatsIgnoreLogLevel: --stats-interval asks for the fleet counters,
 // so --log-level warn (the usual setting for load runs) must not hide
 // them, while it still hides other info lines.
 func TestStatsIgnoreLogLevel(t *testing.T) {
 	for _, format := range []string{"console", "json"} {
 		t.Run(format, func(t *testing.T) {
-			var out lockedBuffer
+			var out bridgetest.SyncBuffer
 			m := &Main{}
 			require.NoError(t, m.ParseFlags([]string{"--log-level", "warn", "--log-format", format,
 				"--stats-interval", "10ms"}, &out))

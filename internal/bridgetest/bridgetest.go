@@ -10,6 +10,7 @@ package bridgetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -39,53 +41,135 @@ const (
 // Eras lists both protocol eras, for tests that run once per era.
 var Eras = []string{Legacy, Modern}
 
-// Bridge is a running bridge. It shuts down when the test ends.
+// Bridge is a running bridge. It shuts down when the test ends, or
+// earlier when the test calls Shutdown.
 type Bridge struct {
 	T    testing.TB
 	App  *app.App
+	Base string // the control listener, http://host:port
 	URL  string // the /mcp endpoint
+	// Logs holds every line the bridge logged; nil when WithLogger chose
+	// the logger.
 	Logs *observer.ObservedLogs
-	HTTP *http.Client // closes its idle connections at the end
+	// HTTP is the client Client uses; its idle connections are closed at
+	// shutdown. A test may replace it right after Start.
+	HTTP *http.Client
+
+	// A copy of the Bridge (another URL, say) shares its one shutdown.
+	life *lifetime
 }
 
-// Start starts a bridge on loopback ports chosen by the system, with
-// debug logs observed (and printed too when BRIDGE_TEST_LOG is set;
-// benchmarks log nothing). mutate changes the config first.
-func Start(t testing.TB, mutate func(*app.Config)) *Bridge {
+// lifetime is a bridge's context and its one shutdown.
+type lifetime struct {
+	cancel context.CancelFunc // ends the context Start gave the App
+	stop   sync.Once
+	err    error
+}
+
+// ShutdownWait is the deadline App.Shutdown is given. A shutdown still
+// running at HangAfter is taken for hung: it is left behind, so that one
+// hang fails its test rather than holding every later test until the
+// binary's timeout.
+const (
+	ShutdownWait = 20 * time.Second
+	HangAfter    = ShutdownWait + 5*time.Second
+)
+
+// ErrShutdownHung is what Shutdown returns for a shutdown that did not end.
+var ErrShutdownHung = errors.New("bridgetest: the bridge's shutdown did not end")
+
+// Option changes how Start builds the bridge.
+type Option func(*options)
+
+type options struct {
+	logger *zap.Logger
+}
+
+// WithLogger has the bridge log to logger (zap.NewNop() for nothing)
+// instead of to Bridge.Logs.
+func WithLogger(logger *zap.Logger) Option {
+	return func(o *options) { o.logger = logger }
+}
+
+// Start starts a bridge on loopback ports chosen by the system, with the
+// embedded MQTT broker off (a test that wants it sets mqtt.listen, to
+// 127.0.0.1:0) and debug logs observed (printed too when BRIDGE_TEST_LOG
+// is set; benchmarks log nothing). mutate changes the config first; it may
+// replace it whole.
+func Start(t testing.TB, mutate func(*app.Config), opts ...Option) *Bridge {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg := app.Default()
 	cfg.DeviceListen = "127.0.0.1:0"
 	cfg.ControlListen = "127.0.0.1:0"
+	cfg.MQTT.Listen = ""
 	cfg.Log.Level = "debug"
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	core, logs := observer.New(zapcore.DebugLevel)
-	var logger *zap.Logger
-	switch {
-	case os.Getenv("BRIDGE_TEST_LOG") != "":
-		logger = zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
-	case IsBenchmark(t):
-		logger = zap.NewNop() // keep logging out of the measurement
-	default:
-		logger = zap.New(core)
+	logger, logs := o.logger, (*observer.ObservedLogs)(nil)
+	if logger == nil {
+		var core zapcore.Core
+		core, logs = observer.New(zapcore.DebugLevel)
+		switch {
+		case os.Getenv("BRIDGE_TEST_LOG") != "":
+			logger = zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+		case IsBenchmark(t):
+			logger = zap.NewNop() // keep logging out of the measurement
+		default:
+			logger = zap.New(core)
+		}
 	}
 	a, err := app.New(cfg, logger)
 	require.NoError(t, err)
+	// The App hands ctx to long-running parts (the /mcp server stops when
+	// it ends): it lives until Shutdown.
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, a.Start(ctx))
-	b := &Bridge{T: t, App: a, URL: "http://" + a.ControlAddr().String() + "/mcp", Logs: logs,
-		HTTP: &http.Client{Transport: &http.Transport{}}}
-	t.Cleanup(func() {
-		// Ending the context first closes MCP sessions and streams, as
-		// app.Run does on a signal.
+	if err := a.Start(ctx); err != nil {
 		cancel()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		require.NoError(t, a.Shutdown(sctx))
-		b.HTTP.CloseIdleConnections()
+		require.NoError(t, err)
+	}
+	base := "http://" + a.ControlAddr().String()
+	b := &Bridge{T: t, App: a, Base: base, URL: base + "/mcp", Logs: logs,
+		HTTP: &http.Client{Transport: &http.Transport{}}, life: &lifetime{cancel: cancel}}
+	t.Cleanup(func() {
+		// Reported here only when the test did not call Shutdown itself.
+		b.life.stop.Do(func() {
+			b.life.err = b.shutdown()
+			assert.NoError(t, b.life.err)
+		})
 	})
 	return b
+}
+
+// Shutdown stops the bridge now and returns what App.Shutdown returned,
+// or ErrShutdownHung. Only the first call (the test's, or the cleanup's)
+// shuts down; later ones return its result.
+func (b *Bridge) Shutdown() error {
+	b.life.stop.Do(func() { b.life.err = b.shutdown() })
+	return b.life.err
+}
+
+func (b *Bridge) shutdown() error {
+	// Ending the context first closes MCP sessions and streams, as app.Run
+	// does on a signal.
+	b.life.cancel()
+	b.HTTP.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownWait)
+	defer cancel()
+	done := make(chan error, 1)
+	// Waited for below while it ends in time; a shutdown that hangs is
+	// left behind, and its test fails.
+	go func() { done <- b.App.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(HangAfter):
+		return ErrShutdownHung
+	}
 }
 
 // Board connects a simulated board with the named profile and waits until
