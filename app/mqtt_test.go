@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/mqtt"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/mqtt/mosquittotest"
@@ -308,7 +309,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 	ready := func(b *testing.B, a *App, mac string) {
 		require.Eventually(b, func() bool {
 			s, ok := a.Hub.Session(mac)
-			return ok && s.Info().State.String() == "ready"
+			return ok && s.Info().State == device.StateReady
 		}, mqttWait, 5*time.Millisecond, "%s not ready", mac)
 	}
 

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
@@ -290,7 +291,7 @@ func (b *bridge) waitReady(mac string) {
 
 func (b *bridge) ready(mac string) bool {
 	s, ok := b.App.Hub.Session(mac)
-	return ok && s.Info().State.String() == "ready"
+	return ok && s.Info().State == device.StateReady
 }
 
 // profile loads an embedded simulator profile.
