@@ -58,15 +58,19 @@ func newClaims() *claimState {
 	return &claimState{releases: map[string]uint64{}, candidates: map[string]candidate{}, work: make(chan struct{}, 1)}
 }
 
-// start records what ShareBoards configured; false if already done or
-// stopped.
-func (c *claimState) start(s *shared) bool {
+// start records what ShareBoards configured and runs launch, both under
+// the lock; false (and launch not run) if already done or stopped. launch
+// adds the claims goroutine to the Node's wait group: under the lock, a
+// Stop that begins meanwhile either comes first (nothing starts) or
+// finds the goroutine counted before it waits.
+func (c *claimState) start(s *shared, launch func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.share != nil || c.stopped {
 		return false
 	}
 	c.share = s
+	launch()
 	return true
 }
 
@@ -149,10 +153,9 @@ type Claims struct{ n *Node }
 //
 // Call it once, before the transport starts; adopt may be called at once.
 func (n *Node) ShareBoards(transport string, adopt func(deviceID string)) *Claims {
-	if !n.claims.start(&shared{transport: transport, adopt: adopt}) {
+	if !n.claims.start(&shared{transport: transport, adopt: adopt}, func() { n.goOwned(n.claimWork) }) {
 		return &Claims{n}
 	}
-	n.goOwned(n.claimWork)
 	n.log.Info("boards of this transport are held by claim (shared broker)", zap.String("transport", transport))
 	return &Claims{n}
 }
