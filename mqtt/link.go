@@ -115,14 +115,21 @@ func (l *link) ready() bool {
 }
 
 // start arranges the link's end: once it closes, finish runs (after any
-// message being handled) and the gateway stops waiting for it.
+// message being handled, without holding handleMu) and the gateway stops
+// waiting for it.
 func (l *link) start() {
 	l.AfterClose(func() {
-		// After the message in hand, if any; a drain that takes handleMu
-		// after this sees the link closed.
+		// Wait for the message in hand, if any. A drain that takes
+		// handleMu after this sees the link closed and handles nothing, so
+		// no hello can open an audio session any more: finish needs no
+		// lock of its own beyond audioMu, and its goodbye (up to
+		// goodbyeTimeout) holds up nothing else. A replacing link has a
+		// handleMu of its own, so holding this one would order nothing
+		// with it.
 		l.handleMu.Lock()
-		l.finish()
+		//lint:ignore SA2001 the empty section is the wait
 		l.handleMu.Unlock()
+		l.finish()
 		l.g.wg.Done()
 	})
 }
