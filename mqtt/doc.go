@@ -54,18 +54,23 @@
 // # Failure handling
 //
 // paho's callbacks only record and hand off; every board has a bounded
-// inbox, drained by a goroutine of its own while messages wait. When the broker connection drops, every
-// board's link closes at once (pending calls fail instead of hanging);
-// after the reconnect the gateway re-subscribes and re-initializes the
-// boards it lost. Without a presence source, links opt in to the device
-// Session's keepalive (device.KeepaliveLink): idle boards are probed with a
-// request they answer with an error, and marked offline after several
-// unanswered probes.
+// inbox, drained by a goroutine of its own while messages wait. When the
+// broker connection drops, every board's link closes at once (pending
+// calls fail instead of hanging); after the reconnect the gateway
+// re-subscribes and re-initializes the boards it lost. Without a presence
+// source, links opt in to the device Session's keepalive
+// (device.KeepaliveLink): idle boards are probed with a request they
+// answer with an error, and marked offline after several unanswered
+// probes.
 //
-// # Locks
+// # Lock order
 //
-// A link's handleMu is taken before Gateway.mu, the link's audioMu and the
-// UDP server's mu; none of those three is held while taking another. The
-// mute list's, the publish guards' and the log throttles' locks are
-// leaves.
+// There is none to keep: every mutex here is a leaf, never held while
+// another is taken or while publishing. They are Gateway.mu (links, closed,
+// the Owner's work), a link's audioMu (its audio session), udpServer.mu
+// (audio sessions by ssrc), the mute list's, the publish guards' and the
+// log throttles'. A link's messages are handled one at a time by its
+// reader goroutine (internal/drainer) rather than under a lock, and the
+// link's close path waits for that reader before it ends the audio
+// session, so no hello can open a new one behind the goodbye.
 package mqtt

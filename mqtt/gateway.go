@@ -92,8 +92,9 @@ type AudioSession struct {
 // against the embedded broker and an external one.
 //
 // Goroutines: paho's own; the supervisor (connection changes, presence,
-// discovery, recovery); the UDP reader; and one per board link. Close
-// waits for all of them. Liveness probes belong to each board's device
+// discovery, recovery); the UDP reader; and per board link, its close
+// path (which waits for the link's reader, a goroutine that runs only
+// while the link's inbox holds messages). Close waits for all of them. Liveness probes belong to each board's device
 // Session, which the Hub waits for.
 type Gateway struct {
 	cfg      Config

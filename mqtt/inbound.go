@@ -72,7 +72,7 @@ func (l *link) deliver(p []byte) bool {
 	l.lastHeard.Store(time.Now().UnixNano())
 	select {
 	case l.inbox <- p:
-		l.kick()
+		l.reader.Kick()
 	default:
 		l.dropped.Add(1)
 		l.g.stats.inboxFull.Add(1)

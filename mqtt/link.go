@@ -10,6 +10,7 @@ import (
 
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/internal/drainer"
 )
 
 // recvQueue bounds MCP messages handed to the session but not yet read. The
@@ -23,10 +24,11 @@ const goodbyeTimeout = 2 * time.Second
 // link is one board as the MQTT gateway sees it; it implements device.Link.
 //
 // Uplink messages arrive from paho's callback into inbox (never blocking:
-// a full inbox drops and counts). A goroutine started while messages wait
-// (kick, drain) decodes them, answers hello and goodbye, and hands MCP messages to the session
-// through the LinkBase queue. Downlink messages are published straight
-// through paho, whose client has a single writer of its own.
+// a full inbox drops and counts). A goroutine that runs only while
+// messages wait (reader, drain) decodes them, answers hello and goodbye,
+// and hands MCP messages to the session through the LinkBase queue.
+// Downlink messages are published straight through paho, whose client has
+// a single writer of its own.
 type link struct {
 	// LinkBase gives Receive, Close, Done and Err; run feeds it.
 	*device.LinkBase
@@ -43,10 +45,9 @@ type link struct {
 
 	inbox chan []byte
 	gone  chan struct{} // closed once the link has finished and left the gateway
-	// draining is set while a goroutine drains inbox (kick); handleMu is
-	// held while it handles a message.
-	draining atomic.Bool
-	handleMu sync.Mutex
+	// reader runs drain in a goroutine while inbox holds messages, one at
+	// a time; the close path waits for it.
+	reader *drainer.Drainer
 
 	audioMu sync.Mutex
 	audio   *audioSession
@@ -78,6 +79,7 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 	empty := ""
 	l.sid.Store(&empty)
 	l.lastHeard.Store(time.Now().UnixNano())
+	l.reader = drainer.New(l.drain, func() bool { return len(l.inbox) > 0 })
 	return l
 }
 
@@ -114,55 +116,32 @@ func (l *link) ready() bool {
 	return s != nil && s.Info().State == device.StateReady
 }
 
-// start arranges the link's end: once it closes, finish runs (after any
-// message being handled, without holding handleMu) and the gateway stops
-// waiting for it.
+// start arranges the link's end: once it closes, finish runs (after the
+// message being handled, if any) and the gateway stops waiting for it.
 func (l *link) start() {
 	l.AfterClose(func() {
-		// Wait for the message in hand, if any. A drain that takes
-		// handleMu after this sees the link closed and handles nothing, so
-		// no hello can open an audio session any more: finish needs no
-		// lock of its own beyond audioMu, and its goodbye (up to
-		// goodbyeTimeout) holds up nothing else. A replacing link has a
-		// handleMu of its own, so holding this one would order nothing
-		// with it.
-		l.handleMu.Lock()
-		//lint:ignore SA2001 the empty section is the wait
-		l.handleMu.Unlock()
+		// Wait for the reader, which handles nothing once the link has
+		// closed: from then on no hello can open an audio session, so
+		// finish holds no lock but audioMu's, briefly, and its goodbye (up
+		// to goodbyeTimeout) holds up nothing.
+		l.reader.Close()
 		l.finish()
 		l.g.wg.Done()
 	})
 }
 
-// kick starts a goroutine to drain inbox unless one is running: an idle
-// board costs no goroutine.
-func (l *link) kick() {
-	if l.draining.CompareAndSwap(false, true) {
-		go l.drain()
-	}
-}
-
-// drain is the only consumer of inbox while it runs; it ends when inbox
-// is empty or the link has closed.
-func (l *link) drain() {
+// drain is the only consumer of inbox while it runs (l.reader's worker);
+// it stops when inbox is empty or the link has closed.
+func (l *link) drain() bool {
 	for {
 		select {
 		case msg := <-l.inbox:
-			l.handleMu.Lock()
 			if l.Closed() {
-				l.handleMu.Unlock()
-				l.draining.Store(false)
-				return
+				return false
 			}
 			l.handle(msg)
-			l.handleMu.Unlock()
 		default:
-			l.draining.Store(false)
-			// A deliver that queued after the check above saw a drain
-			// still running and started none: take its message.
-			if len(l.inbox) == 0 || !l.draining.CompareAndSwap(false, true) {
-				return
-			}
+			return true
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/drainer"
 )
 
 // inboundQueue bounds text messages read but not yet consumed. When it is
@@ -32,10 +33,10 @@ type conn struct {
 	outbound chan []byte
 	done     <-chan struct{}
 
-	// writing is set while a writer goroutine drains outbound; there is
-	// none while nothing waits to be sent (an idle board costs no
-	// goroutine for writing).
-	writing atomic.Bool
+	// writer runs a goroutine (write) only while outbound holds messages:
+	// an idle board costs no goroutine for writing. The close path waits
+	// for it.
+	writer *drainer.Drainer
 	// wmu is held while a data message is taken from outbound and written.
 	wmu sync.Mutex
 	// pinger sends the next ping.
@@ -55,7 +56,7 @@ var _ device.Link = (*conn)(nil)
 
 func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
 	base := device.NewLinkBase(inboundQueue)
-	return &conn{
+	c := &conn{
 		ws:         ws,
 		cfg:        cfg,
 		log:        log,
@@ -64,6 +65,8 @@ func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
 		done:       base.Done(),
 		sockClosed: make(chan struct{}),
 	}
+	c.writer = drainer.New(c.write, func() bool { return len(c.outbound) > 0 })
+	return c
 }
 
 func (c *conn) SessionID() string { return c.sessionID }
@@ -76,7 +79,7 @@ func (c *conn) Send(ctx context.Context, msg []byte) error {
 	}
 	select {
 	case c.outbound <- msg:
-		c.kick()
+		c.writer.Kick()
 		return nil
 	case <-c.done:
 		return c.ClosedErr()
@@ -112,18 +115,12 @@ func (c *conn) readLoop() {
 	}
 }
 
-// kick starts a writer goroutine unless one is running.
-func (c *conn) kick() {
-	if c.writing.CompareAndSwap(false, true) {
-		go c.drain()
-	}
-}
-
-// drain is the connection's only writer of data messages while it runs:
-// it writes what Send queued and ends when the queue is empty. wmu is held
-// from taking a message to having written it, so the close path (which
-// flushes what is left under wmu) never reorders messages.
-func (c *conn) drain() {
+// write is the connection's only writer of data messages while it runs
+// (c.writer's worker): it writes what Send queued until the queue is empty,
+// or stops on a failed write. wmu is held from taking a message to having
+// written it, so the close path (which flushes what is left under wmu)
+// never reorders messages.
+func (c *conn) write() bool {
 	for {
 		c.wmu.Lock()
 		select {
@@ -133,18 +130,12 @@ func (c *conn) drain() {
 			c.wmu.Unlock()
 			if err != nil {
 				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("write failed: %w", err)))
-				c.writing.Store(false)
-				return
+				return false
 			}
 			c.textOut.Add(1)
 		default:
 			c.wmu.Unlock()
-			c.writing.Store(false)
-			// A Send that queued after the check above saw a writer
-			// still running and started none: take its message.
-			if len(c.outbound) == 0 || !c.writing.CompareAndSwap(false, true) {
-				return
-			}
+			return true
 		}
 	}
 }
@@ -168,7 +159,7 @@ func (c *conn) flush(deadline time.Time) {
 // startPings sends a ping every PingInterval from a timer (gorilla's
 // WriteControl may run alongside a data write), and on close sends a close
 // frame carrying the reason before dropping the socket. done runs after
-// the socket is closed.
+// the socket is closed and the writer goroutine, if any, has ended.
 func (c *conn) startPings(done func()) {
 	c.pinger = time.AfterFunc(c.cfg.PingInterval, c.ping)
 	c.AfterClose(func() {
@@ -188,6 +179,9 @@ func (c *conn) startPings(done func()) {
 		_ = c.ws.WriteControl(websocket.CloseMessage, frame, deadline)
 		_ = c.ws.Close() // ends readLoop
 		c.wmu.Unlock()
+		// A writer still running finds the queue flushed or the socket
+		// closed, and ends.
+		c.writer.Close()
 		close(c.sockClosed)
 		done()
 	})

@@ -4,8 +4,9 @@
 // a server hello boards accept, then hands the connection to the device Hub
 // as a device.Link.
 //
-// Each connection has exactly one reader and one writer goroutine, owned by
-// the Server and waited for on Close. Reads are size-limited, writes have
+// Each connection has one reader goroutine, and one writer goroutine while
+// messages wait to be sent (internal/drainer); the Server waits for both on
+// Close. Reads are size-limited, writes have
 // deadlines, and pings detect dead peers (boards answer pings, never send
 // them). Binary audio frames and message types the bridge does not use are
 // counted, never fatal.

@@ -67,7 +67,7 @@ type Server struct {
 	// A tracked conn's share of pending is its helloPending flag, so that
 	// whichever of helloDone and untrack comes first gives it back.
 	open, pending int
-	wg            sync.WaitGroup // reader and writer goroutines of every conn
+	wg            sync.WaitGroup // every conn's reader and close path (which waits for its writer)
 
 	accepted, unauthorized, badRequests, helloFailures, refused atomic.Int64
 	// textIn, binaryIn and textOut hold the message counts of closed
@@ -187,7 +187,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The writing side: pings from a timer, a writer goroutine only while
-	// messages wait (conn.kick), and on close the close frame and the
+	// messages wait (conn.writer), and on close the close frame and the
 	// socket's close, which ends readLoop.
 	c.startPings(s.wg.Done)
 	go func() {
