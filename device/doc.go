@@ -11,5 +11,6 @@
 // Lock order: Hub.mu, then Session.mu, then Subscription.mu. The Hub
 // publishes events while holding its lock (so events stay in order with
 // Attach), which takes each Subscription's lock; a Session never takes the
-// Hub's lock while holding its own.
+// Hub's lock while holding its own. LinkBase.mu is a leaf: a Session reads
+// its link's Err under Session.mu. LOCKS.md has the whole bridge.
 package device

@@ -59,4 +59,12 @@
 // Result with IsError ends it in state completed with Result.IsError and
 // Success false: the tool did run and answered, which is not an engine
 // failure.
+//
+// # Lock order
+//
+// Engine.mu (interactions, the expiry heap, per-owner counts) and
+// MemorySpent.mu are never held together: the Engine calls its SpentStore,
+// which in a fleet goes to NATS, and Lookup with no lock held. Under
+// Engine.mu only context cancel functions run. The package starts no
+// goroutine.
 package flow

@@ -28,6 +28,7 @@
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
 //
-// Lock order: Server.syncMu before Server.tombMu. mcphttp's mutexes are
-// leaves.
+// Lock order: Server.syncMu before Server.tombMu; syncMu is also held while
+// sync reads the device Hub and adds or removes the go-sdk server's tools.
+// mcphttp's mutexes are leaves.
 package mcpserver

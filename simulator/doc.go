@@ -45,6 +45,13 @@
 // without decoding them. Fleet and RunFleet keep many boards connected,
 // with deterministic MACs and optional reconnect backoff.
 //
+// # Lock order
+//
+// Board.connectMu is held for a whole connection attempt (closing the
+// previous link and waiting for its goroutines); Board.linkMu and Board.mu
+// are taken under it. Board.linkMu, Board.mu, the main task's mu and
+// MQTTConn.chMu are leaves, and a link's goroutines never take connectMu.
+//
 // # Profiles
 //
 // A Profile (YAML, see LoadProfile and the files in configs/profiles)

@@ -3,7 +3,8 @@
 // bridge's, backed by an MCP client of the bridge's /mcp over Streamable
 // HTTP. It shares no type with the bridge's own MCP server (mcpserver/).
 //
-// Lock order: Proxy.listing before Proxy.mu; Proxy.progressMu is a leaf.
+// Lock order: Proxy.listing before Proxy.mu, both held while sync adds or
+// removes the go-sdk server's tools; Proxy.progressMu is a leaf.
 package stdioproxy
 
 import (

@@ -6,8 +6,11 @@
 //
 // Each connection has one reader goroutine, and one writer goroutine while
 // messages wait to be sent (internal/drainer); the Server waits for both on
-// Close. Reads are size-limited, writes have
-// deadlines, and pings detect dead peers (boards answer pings, never send
-// them). Binary audio frames and message types the bridge does not use are
-// counted, never fatal.
+// Close. Reads are size-limited, writes have deadlines, and pings detect
+// dead peers (boards answer pings, never send them). Binary audio frames
+// and message types the bridge does not use are counted, never fatal.
+//
+// Lock order: Server.mu (connections and admission counts) and a conn's wmu
+// (taking a message off its queue and writing it; the close path's flush
+// and close frame) are never held together.
 package ws

@@ -5,6 +5,8 @@
 //
 // It is an ordinary package (not a _test file) so that several packages'
 // tests can share it; only tests import it.
+//
+// Lock order: none to keep; each recorder's mutex is a leaf.
 package bridgetest
 
 import (

@@ -1,5 +1,7 @@
 // Package testlink provides an in-memory device.Link pair for unit tests of
 // the layers above the transports. Integration tests use real sockets.
+//
+// Lock order: none to keep; each type's mutex is a leaf.
 package testlink
 
 import (
