@@ -61,7 +61,7 @@ func TestTokenStoreMarkers(t *testing.T) {
 
 	// While an answer is processed here, the same token is refused at once,
 	// and getState says processing.
-	ent, work, err := s.acquire("alice", tok, func() {})
+	ent, _, err := s.acquire("alice", tok, func() {})
 	require.NoError(t, err)
 	_, _, err = s.acquire("alice", tok, func() {})
 	requireCode(t, err, CodeInvalidStateTransition)
@@ -74,7 +74,7 @@ func TestTokenStoreMarkers(t *testing.T) {
 	// the marker goes, and the token can be answered.
 	s.release(ent)
 	assert.Empty(t, s.counts(nowMS(c.Now())))
-	ent, work, err = s.acquire("alice", tok, func() {})
+	ent, work, err := s.acquire("alice", tok, func() {})
 	require.NoError(t, err)
 	require.NoError(t, s.claim(t.Context(), tok, ent, work))
 

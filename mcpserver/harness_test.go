@@ -24,7 +24,6 @@ var (
 	listTools   = bridgetest.ListTools
 	callTool    = bridgetest.CallTool
 	text        = bridgetest.Text
-	isBenchmark = bridgetest.IsBenchmark
 )
 
 type (
