@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"log"
+	"os"
 	"strings"
 	"time"
 
@@ -43,26 +44,55 @@ func defaultLogConfig() LogConfig {
 		Initial: DefaultLogSamplingInitial, Thereafter: DefaultLogSamplingThereafter, Tick: DefaultLogSamplingTick}}
 }
 
-// NewLogger builds the root logger from the log config. It does not
-// sample: New wraps the logger it is given in log.sampling's sampler, in
-// either format, so that the drops can be counted in the App's metrics.
-func NewLogger(c LogConfig) (*zap.Logger, error) {
+// NewLogger builds the root logger from the log config, writing to
+// stderr. It does not sample: New wraps the logger it is given in
+// log.sampling's sampler, in either format, so that the drops can be
+// counted in the App's metrics.
+func NewLogger(c LogConfig) (*zap.Logger, error) { return newLoggerTo(c, os.Stderr) }
+
+// newLoggerTo is NewLogger writing to out. The console format colours the
+// level only when out is a terminal (and NO_COLOR is unset), so that a log
+// redirected to a file or a pipe holds no escape codes.
+func newLoggerTo(c LogConfig, out *os.File) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, fmt.Errorf("log.level %q: %w", c.Level, err)
 	}
-	var zc zap.Config
+	var enc zapcore.Encoder
 	if c.Format == "json" {
-		zc = zap.NewProductionConfig()
-		zc.Sampling = nil // New samples
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	} else {
-		zc = zap.NewDevelopmentConfig()
-		zc.Development = false
-		zc.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		zc.DisableStacktrace = true
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		if colourFor(out) {
+			ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
+		enc = zapcore.NewConsoleEncoder(ec)
 	}
-	zc.Level = zap.NewAtomicLevelAt(level)
-	return zc.Build()
+	ws := zapcore.Lock(zapcore.AddSync(out))
+	core := zapcore.NewCore(enc, ws, zap.NewAtomicLevelAt(level))
+	opts := []zap.Option{zap.ErrorOutput(ws), zap.AddCaller()}
+	if c.Format == "json" {
+		opts = append(opts, zap.AddStacktrace(zapcore.ErrorLevel))
+	}
+	return zap.New(core, opts...), nil
+}
+
+// colourFor says whether a console log written to f may use colour: f is
+// a terminal (a character device that is not /dev/null) and NO_COLOR
+// (https://no-color.org) is not set.
+func colourFor(f *os.File) bool {
+	if os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
 }
 
 // sampled wraps logger in zap's sampler as s says (not at all when

@@ -149,3 +149,32 @@ func TestLogSamplingConfig(t *testing.T) {
 	assert.Equal(t, 500, logs.Len(), "sampling off writes every line")
 	assert.Zero(t, dropped)
 }
+
+// TestConsoleLogToFileHasNoColour: a console log redirected to a file or a
+// pipe is plain text; colour codes are for terminals only.
+func TestConsoleLogToFileHasNoColour(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "bridge.log"))
+	require.NoError(t, err)
+	defer f.Close()
+	logger, err := newLoggerTo(defaultLogConfig(), f)
+	require.NoError(t, err)
+	logger.Info("hello")
+	logger.Warn("careful", zap.String("key", "value"))
+	require.NoError(t, logger.Sync())
+	data, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "\x1b[", "no ANSI escape codes in a file")
+	assert.Contains(t, string(data), "INFO\t")
+	assert.Contains(t, string(data), "WARN\t")
+	assert.Contains(t, string(data), `{"key": "value"}`)
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	assert.False(t, colourFor(w), "a pipe gets no colour")
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer devNull.Close()
+	assert.False(t, colourFor(devNull), "/dev/null is a character device, not a terminal")
+}
