@@ -294,7 +294,7 @@ func ParseArgs(name string, args []string) (Config, error) {
 	// flag (--device-token, --mqtt-user) keeps no record of its uses.
 	cfg := Default()
 	fs, version := newFlagSet(name, &cfg)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
 	if path := fs.Lookup("config").Value.String(); path != "" {
@@ -303,7 +303,7 @@ func ParseArgs(name string, args []string) (Config, error) {
 			return cfg, err
 		}
 		fs, version = newFlagSet(name, &cfg)
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return cfg, err
 		}
 	}
