@@ -19,6 +19,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/simulator"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/ws"
 )
@@ -118,6 +119,18 @@ type SimulateConfig struct {
 	Profile string `yaml:"profile"`
 }
 
+// validate loads the profile, so that a bad name or file stops the bridge
+// before anything listens.
+func (c SimulateConfig) validate() error {
+	if c.Count <= 0 {
+		return nil
+	}
+	if _, err := simulator.LoadProfile(c.Profile); err != nil {
+		return fmt.Errorf("simulate.profile (--simulate-profile): %s", strings.TrimPrefix(err.Error(), "simulator: "))
+	}
+	return nil
+}
+
 // defaultDevicesConfig spells out every default of the devices: section,
 // so that a 0 written in a file is the user's and can be refused.
 func defaultDevicesConfig() DevicesConfig {
@@ -196,6 +209,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.checkNumbers()...)
+	if err := c.Simulate.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.MQTT.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -75,3 +75,17 @@ func TestEventsReplayConfig(t *testing.T) {
 	_, err = app.ParseArgs("bridge", []string{"--config", path})
 	require.ErrorContains(t, err, "control.events_replay -1: use a whole number from 0 to 1048576")
 }
+
+// TestSimulateProfileCheckedUpFront: an unknown --simulate-profile fails
+// the configuration, before anything starts; without --simulate it is
+// not read.
+func TestSimulateProfileCheckedUpFront(t *testing.T) {
+	_, err := app.ParseArgs("bridge", []string{"--simulate", "2", "--simulate-profile", "nosuch"})
+	require.ErrorContains(t, err, `simulate.profile (--simulate-profile): unknown profile "nosuch"`)
+	_, err = app.ParseArgs("bridge", []string{"--simulate", "2", "--simulate-profile", filepath.Join(t.TempDir(), "none.yaml")})
+	require.ErrorContains(t, err, "simulate.profile (--simulate-profile): read profile")
+	_, err = app.ParseArgs("bridge", []string{"--simulate-profile", "nosuch"})
+	require.NoError(t, err)
+	_, err = app.ParseArgs("bridge", []string{"--simulate", "1", "--simulate-profile", "robot"})
+	require.NoError(t, err)
+}

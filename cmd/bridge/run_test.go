@@ -82,3 +82,13 @@ func TestBadFlagIsOneLine(t *testing.T) {
 	assert.True(t, strings.HasPrefix(run.stderr, "Usage of bridge:\n"), run.stderr)
 	assert.Contains(t, run.stderr, "-call-timeout duration")
 }
+
+// TestUnknownSimulateProfileStopsBeforeListening: a bad --simulate-profile
+// is a configuration error like any other: status 2, and nothing listened.
+func TestUnknownSimulateProfileStopsBeforeListening(t *testing.T) {
+	run := runBridge(t, "--simulate", "1", "--simulate-profile", "nosuch",
+		"--device-listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--mqtt-listen", "")
+	assert.Equal(t, 2, run.code)
+	assert.Contains(t, run.stderr, `bridge: simulate.profile (--simulate-profile): unknown profile "nosuch" (embedded profiles: breadboard, catalog, robot`)
+	assert.NotContains(t, run.stderr, "listening")
+}
