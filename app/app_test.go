@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -343,4 +344,29 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, r.status)
 	assert.Equal(t, "shutting_down", r.body.Error.Code)
 	assert.Contains(t, r.body.Error.Message, "bridge shutting down")
+}
+
+// TestPortTakenNamesTheFlag: a listener whose port is taken says so, and
+// names the flag and the config key that move it.
+func TestPortTakenNamesTheFlag(t *testing.T) {
+	noLeaks(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	taken := held.Addr().String()
+	for _, tc := range []struct {
+		mutate func(*app.Config)
+		want   string
+	}{
+		{func(c *app.Config) { c.DeviceListen = taken }, "device listener: " + taken + " is already in use (by another bridge or program); choose another address with --device-listen (device_listen in the config file)"},
+		{func(c *app.Config) { c.ControlListen = taken }, "control listener: " + taken + " is already in use (by another bridge or program); choose another address with --control-listen (control_listen in the config file)"},
+	} {
+		cfg := testConfig()
+		tc.mutate(&cfg)
+		a, err := app.New(cfg, zap.NewNop())
+		require.NoError(t, err)
+		err = a.Start(context.Background())
+		require.Error(t, err)
+		assert.Equal(t, tc.want, err.Error())
+	}
 }

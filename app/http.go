@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -109,7 +110,7 @@ func registerHTTPFlags(fs *flag.FlagSet, c *HTTPConfig) {
 func (a *App) listen(name, addr string, max int, setting string, tlsCfg *tls.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s listener: %w", name, err)
+		return nil, listenError(name, addr, err)
 	}
 	opts := connlimit.Options{Max: max, Name: name, Setting: setting, Logger: a.log.Named("http")}
 	if tlsCfg == nil {
@@ -123,6 +124,17 @@ func (a *App) listen(name, addr string, max int, setting string, tlsCfg *tls.Con
 		return tls.NewListener(capped, tlsCfg), nil
 	}
 	return capped, nil
+}
+
+// listenError says why the listener name could not bind addr, naming the
+// flag and the config key that move it (--device-listen, device_listen).
+func listenError(name, addr string, err error) error {
+	flagName, key := "--"+name+"-listen", name+"_listen"
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s listener: %s is already in use (by another bridge or program); choose another address with %s (%s in the config file)",
+			name, addr, flagName, key)
+	}
+	return fmt.Errorf("%s listener on %s (%s, %s): %w", name, addr, flagName, key, err)
 }
 
 // listenerStats reads the connection counters of every listener (metrics).
