@@ -217,11 +217,7 @@ func (a *App) Start(ctx context.Context) error {
 
 	a.serve(a.deviceSrv, a.deviceLn, "device")
 	a.serve(a.controlSrv, a.controlLn, "control")
-	a.log.Info("bridge listening",
-		zap.String("devices", a.DeviceURL()),
-		zap.String("ota", a.OTAURL()),
-		zap.String("control", secureScheme("http", a.controlTLS)+"://"+a.ControlAddr().String()),
-		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0 || a.cfg.WebSocket.RequireToken))
+	a.logListening()
 	if err := a.startObservability(); err != nil {
 		a.Shutdown(context.Background())
 		return err
@@ -240,6 +236,28 @@ func (a *App) Start(ctx context.Context) error {
 		return fmt.Errorf("simulate: %w", err)
 	}
 	return nil
+}
+
+// logListening says where the bridge listens, at addresses a board or a
+// client can use: a listener on every interface is shown at the machine's
+// LAN address (and every other one it has, as device_hosts).
+func (a *App) logListening() {
+	deviceHosts := publicHosts(a.DeviceAddr())
+	device := hostPortFor(deviceHosts[0], a.DeviceAddr())
+	fields := []zap.Field{
+		zap.String("devices", fmt.Sprintf("%s://%s%s", secureScheme("ws", a.deviceTLS), device, a.WS.Path())),
+	}
+	if a.ota != nil {
+		fields = append(fields, zap.String("ota", fmt.Sprintf("%s://%s%s", secureScheme("http", a.deviceTLS), device, a.ota.Path())))
+	}
+	if len(deviceHosts) > 1 {
+		fields = append(fields, zap.Strings("device_hosts", deviceHosts))
+	}
+	control := hostPortFor(publicHosts(a.ControlAddr())[0], a.ControlAddr())
+	fields = append(fields,
+		zap.String("control", secureScheme("http", a.controlTLS)+"://"+control),
+		zap.Bool("device_auth", len(a.cfg.WebSocket.Tokens) > 0 || a.cfg.WebSocket.RequireToken))
+	a.log.Info("bridge listening", fields...)
 }
 
 func (a *App) serve(srv *http.Server, ln net.Listener, name string) {
