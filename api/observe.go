@@ -39,14 +39,19 @@ type Check struct {
 	Name  string `json:"name"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Degraded says why a passing check runs without part of what it
+	// covers (MQTT off because its default port was taken).
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // ReadyBody is the /readyz response: status "ready" (200) or "not_ready"
-// (503), each check, and the names of those that fail.
+// (503), each check, the names of those that fail and of those that pass
+// degraded.
 type ReadyBody struct {
-	Status  string   `json:"status"`
-	Checks  []Check  `json:"checks"`
-	Failing []string `json:"failing,omitempty"`
+	Status   string   `json:"status"`
+	Checks   []Check  `json:"checks"`
+	Failing  []string `json:"failing,omitempty"`
+	Degraded []string `json:"degraded,omitempty"`
 }
 
 // streams tracks the open event streams so that Close can end them.
@@ -87,8 +92,11 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		body.Checks = []Check{}
 	}
 	for _, c := range checks {
-		if !c.OK {
+		switch {
+		case !c.OK:
 			body.Failing = append(body.Failing, c.Name)
+		case c.Degraded != "":
+			body.Degraded = append(body.Degraded, c.Name)
 		}
 	}
 	status := http.StatusOK

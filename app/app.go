@@ -62,6 +62,9 @@ type App struct {
 	wg       sync.WaitGroup          // serve loops and background workers
 	// mqtt is the MQTT side startMQTT built; nil when MQTT is off.
 	mqtt *mqttSide
+	// mqttPortTaken: the embedded broker's port was taken at start, so
+	// the bridge runs without MQTT (readiness).
+	mqttPortTaken bool
 	// stopSimulators ends in-process boards; it runs after the Hub closed,
 	// so their sessions end with the bridge's reason, not theirs.
 	stopSimulators context.CancelFunc

@@ -53,6 +53,11 @@ type Config struct {
 	// default) turns it off. Loopback only unless DebugAllowRemote.
 	DebugListen      string `yaml:"debug_listen"`
 	DebugAllowRemote bool   `yaml:"debug_allow_remote"`
+
+	// mqttAsked records that the command line or the file set mqtt.listen
+	// or mqtt.broker (ParseArgs): MQTT was asked for, even at the default
+	// address. See mqttRequested.
+	mqttAsked bool
 }
 
 // LogConfig selects the zap encoder and level, and bounds the log
@@ -313,11 +318,13 @@ func ParseArgs(name string, args []string) (Config, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
+	var fileKeys map[string]bool
 	if path := fs.Lookup("config").Value.String(); path != "" {
 		cfg = Default()
 		if err := LoadFile(path, &cfg); err != nil {
 			return cfg, err
 		}
+		fileKeys = keysInFile(path)
 		fs, version = newFlagSet(name, &cfg)
 		if err := parseFlags(fs, args); err != nil {
 			return cfg, err
@@ -326,10 +333,60 @@ func ParseArgs(name string, args []string) (Config, error) {
 	if *version {
 		return cfg, ErrVersion
 	}
+	set := explicitSettings(fs, fileKeys)
+	cfg.mqttAsked = set("mqtt-listen", "mqtt.listen") || set("mqtt-broker", "mqtt.broker")
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	return cfg, cfg.Validate()
+}
+
+// explicitSettings says whether the user set a setting, by its flag or its
+// key in the file (fileKeys, from keysInFile), as opposed to leaving the
+// default.
+func explicitSettings(fs *flag.FlagSet, fileKeys map[string]bool) func(flagName, key string) bool {
+	flags := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { flags[f.Name] = true })
+	return func(flagName, key string) bool { return flags[flagName] || fileKeys[key] }
+}
+
+// keysInFile lists the keys a YAML config file sets, as dotted paths
+// (mqtt.listen); an unreadable file has none (LoadFile reports it).
+func keysInFile(path string) map[string]bool {
+	keys := map[string]bool{}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return keys
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return keys
+	}
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				key := join(prefix, n.Content[i].Value)
+				keys[key] = true
+				walk(n.Content[i+1], key)
+			}
+		}
+	}
+	walk(&doc, "")
+	return keys
+}
+
+// mqttRequested says whether the user asked for MQTT: an external broker,
+// an embedded broker on another address than the default, or mqtt.listen
+// or mqtt.broker set explicitly (mqttAsked). Only MQTT nobody asked for
+// (the default embedded broker) may be off without failing /readyz.
+func (c Config) mqttRequested() bool {
+	return c.mqttAsked || c.MQTT.Broker != "" || c.MQTT.Listen != DefaultMQTTListen
 }
 
 // newFlagSet is the bridge's command line bound to cfg: --config,

@@ -5,6 +5,7 @@ package app
 // /metrics, /readyz and /api/events. debug.go runs the pprof listener.
 
 import (
+	"fmt"
 	"net"
 	"sync/atomic"
 
@@ -110,7 +111,10 @@ func (a *App) apiOptions() api.Options {
 
 // readiness is what /readyz reports: the listeners serve (and the bridge
 // is not shutting down) and, when MQTT is configured, the gateway is
-// connected to its broker.
+// connected to its broker. MQTT nobody asked for (the default embedded
+// broker, whose port a system Mosquitto often owns) passes degraded when
+// its port was taken: the bridge serves WebSocket boards, and a probe must
+// not hold it out of service for ever over a default.
 func (a *App) readiness() []api.Check {
 	listeners := api.Check{Name: "listeners", OK: a.obs.listening.Load()}
 	if !listeners.OK {
@@ -119,9 +123,17 @@ func (a *App) readiness() []api.Check {
 	checks := []api.Check{listeners}
 	if a.cfg.MQTT.enabled() {
 		c := api.Check{Name: "mqtt", OK: true}
+		a.mu.Lock()
+		portTaken := a.mqttPortTaken
+		a.mu.Unlock()
 		switch g := a.MQTTGateway(); {
+		case g == nil && portTaken && !a.cfg.mqttRequested():
+			c.Degraded = fmt.Sprintf("MQTT is off: the embedded broker's default port (%s) was taken at start, "+
+				"and MQTT was not asked for; WebSocket boards are served (set mqtt.listen or mqtt.broker to make this check fail instead)", a.cfg.MQTT.Listen)
+		case g == nil && portTaken:
+			c.OK, c.Error = false, fmt.Sprintf("MQTT is configured but not running: the embedded broker's port (%s) was taken at start; see the log", a.cfg.MQTT.Listen)
 		case g == nil:
-			c.OK, c.Error = false, "MQTT is configured but its gateway is not running (the embedded broker's port may be taken; see the log)"
+			c.OK, c.Error = false, "MQTT is configured but its gateway is not running (see the log)"
 		case !g.Connected():
 			c.OK, c.Error = false, "the MQTT gateway is not connected to its broker (it keeps retrying)"
 		}

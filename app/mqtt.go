@@ -207,16 +207,23 @@ func (a *App) MQTTAddr() net.Addr {
 }
 
 // portInUseMessage says what happened when the embedded broker's port is
-// taken, and the two ways out.
-func portInUseMessage(listen string) string {
+// taken, what it means for /readyz (requested: the user asked for MQTT),
+// and the two ways out.
+func portInUseMessage(listen string, requested bool) string {
 	port := "1883"
 	if _, p, err := net.SplitHostPort(listen); err == nil && p != "" {
 		port = p
 	}
+	ready := "/readyz still passes, with mqtt reported as degraded, since MQTT was left at its defaults. "
+	if requested {
+		ready = "/readyz fails (mqtt) until the bridge runs with MQTT, since mqtt.listen was set. "
+	}
 	return "MQTT port " + port + " is already in use (often by a system Mosquitto), so the bridge runs WITHOUT its embedded MQTT broker; " +
-		"WebSocket boards are unaffected. Fix 1, use that broker: --mqtt-broker tcp://127.0.0.1:" + port +
+		"WebSocket boards are unaffected. " + ready +
+		"Fix 1, use that broker: --mqtt-broker tcp://127.0.0.1:" + port +
 		" (it must deliver downlink to boards that never subscribe; see docs/mqtt.md). " +
-		"Fix 2, move the embedded broker: --mqtt-listen :1884 (and give boards that port in their OTA mqtt.endpoint)."
+		"Fix 2, move the embedded broker: --mqtt-listen :1884 (and give boards that port in their OTA mqtt.endpoint). " +
+		"Fix 3, no MQTT: --mqtt-listen \"\"."
 }
 
 // startMQTT starts the embedded broker (unless an external one is
@@ -245,7 +252,10 @@ func (a *App) startMQTT(ctx context.Context) error {
 			if errors.Is(err, syscall.EADDRINUSE) {
 				// Common: a system Mosquitto already owns 1883. Dying here
 				// would take the WebSocket side down with it.
-				log.Warn(portInUseMessage(c.Listen), zap.String("listen", c.Listen), zap.Error(err))
+				log.Warn(portInUseMessage(c.Listen, a.cfg.mqttRequested()), zap.String("listen", c.Listen), zap.Error(err))
+				a.mu.Lock()
+				a.mqttPortTaken = true
+				a.mu.Unlock()
 				return nil
 			}
 			return fmt.Errorf("embedded MQTT broker: %w", err)

@@ -366,7 +366,7 @@ func TestMQTTPortInUse(t *testing.T) {
 	require.NoError(t, ws.ConnectWebSocket(ctx, a.DeviceURL()))
 	t.Cleanup(func() { _ = ws.Close() })
 	apiOf(t, a).waitReady(ws.MAC())
-	assert.Contains(t, portInUseMessage(taken.Addr().String()), "--mqtt-broker tcp://127.0.0.1:")
+	assert.Contains(t, portInUseMessage(taken.Addr().String(), true), "--mqtt-broker tcp://127.0.0.1:")
 }
 
 // TestMQTTExternalBrokerDown: an unreachable external broker does not stop
