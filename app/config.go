@@ -158,7 +158,10 @@ func defaultDevicesConfig() DevicesConfig {
 }
 
 // Default returns the configuration used when no file or flag says
-// otherwise: it runs with no config file at all.
+// otherwise: it runs with no config file at all. Its state (ota.data_dir)
+// is in memory, so that a test or a program embedding the bridge writes
+// nowhere; ParseArgs, the command line, keeps it in DefaultDataDir unless
+// told otherwise.
 func Default() Config {
 	return Config{
 		DeviceListen:  "0.0.0.0:8000",
@@ -335,6 +338,14 @@ func ParseArgs(name string, args []string) (Config, error) {
 	}
 	set := explicitSettings(fs, fileKeys)
 	cfg.mqttAsked = set("mqtt-listen", "mqtt.listen") || set("mqtt-broker", "mqtt.broker")
+	if cfg.OTA.Enabled && !set("data-dir", "ota.data_dir") {
+		// State survives a restart unless the user asks otherwise
+		// (--data-dir ''). Without a home directory it stays in memory,
+		// and the OTA server warns.
+		if dir, err := DefaultDataDir(cfg.Cluster.NodeID); err == nil {
+			cfg.OTA.DataDir = dir
+		}
+	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}

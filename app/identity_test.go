@@ -124,7 +124,7 @@ func TestAliasConfigChecks(t *testing.T) {
 	require.ErrorContains(t, err, "is not a valid name")
 	_, err = app.ParseArgs("bridge", []string{"--mcp-alias", "kitchen=lamp"})
 	require.ErrorContains(t, err, "is not a MAC")
-	cfg, err := app.ParseArgs("bridge", []string{"--mcp-alias", "AA-BB-CC-DD-EE-01=kitchen"})
+	cfg, err := app.ParseArgs("bridge", []string{"--mcp-alias", "AA-BB-CC-DD-EE-01=kitchen", "--data-dir", ""})
 	require.NoError(t, err)
 	_, err = app.New(cfg, nil)
 	require.NoError(t, err)

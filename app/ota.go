@@ -94,7 +94,7 @@ func (c TLSConfig) validate() error {
 func registerOTAFlags(fs *flag.FlagSet, c *OTAConfig, t *TLSConfig) {
 	fs.BoolVar(&c.Enabled, "ota", c.Enabled, "serve the OTA endpoint real boards call at boot (on the device listener)")
 	fs.StringVar(&c.Transport, "ota-transport", c.Transport, "transport the OTA answer gives boards: websocket or mqtt (default: mqtt when the embedded broker runs, else websocket)")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for board approvals and the credential secret (default: none, kept in memory)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for board approvals and the credential secret, created 0700 (default: $XDG_STATE_HOME/devicebridge or ~/.local/state/devicebridge, plus /NODE-ID with --node-id; '' keeps them in memory, lost on restart)")
 	fs.StringVar(&c.WebSocketURL, "ota-websocket-url", c.WebSocketURL, "websocket.url handed to boards (default: from the request's Host and the device port)")
 	fs.StringVar(&c.MQTTEndpoint, "ota-mqtt-endpoint", c.MQTTEndpoint, "mqtt.endpoint host:port handed to boards (default: from the request's Host and the broker port)")
 	fs.StringVar(&c.Balance, "ota-balance", c.Balance, "with --nats: least_loaded sends each booting board to the live node with the fewest boards (default: the node it asked)")
@@ -123,6 +123,10 @@ func (a *App) newOTA() error {
 		return err
 	}
 	a.ota = s
+	if dir := a.cfg.OTA.DataDir; dir != "" {
+		a.log.Info("board approvals and the credential secret are kept in "+dir+" (--data-dir; '' keeps them in memory)",
+			zap.String("data_dir", dir))
+	}
 	// Once the listeners have drained, write the admission state that
 	// is not on disk yet (the store coalesces its writes).
 	a.onShutdown(func(context.Context) {

@@ -171,6 +171,7 @@ func baseConfig() app.Config {
 	cfg.ControlListen = "127.0.0.1:0"
 	cfg.MQTT.Listen = ""
 	cfg.MQTT.UDP.Listen = "127.0.0.1:0"
+	cfg.OTA.DataDir = "" // in memory: never the user's state directory
 	cfg.WebSocket.HelloTimeout = 500 * time.Millisecond
 	cfg.Devices.RequestTimeout = time.Second
 	cfg.Devices.InitTimeout = 3 * time.Second

@@ -67,7 +67,7 @@ rss_mib() { echo $(( $(awk '/VmRSS/{print $2}' "/proc/$1/status") / 1024 )); }
 declare -A bpid
 start_bridge() {
   local id=$1 i=$2; shift 2
-  "$bin/bridge" --device-listen "127.0.0.1:1800$i" --control-listen "127.0.0.1:1808$i" --mqtt-listen "" \
+  "$bin/bridge" --device-listen "127.0.0.1:1800$i" --control-listen "127.0.0.1:1808$i" --mqtt-listen "" --data-dir "" \
     --mqtt-udp-listen "" --log-level warn ${DEBUG:+--debug-listen 127.0.0.1:1806$i} "$@" 2>>"$dir/bridge-$id.log" &
   bpid[$id]=$!; pids+=("$!")
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:1808$i/healthz" >/dev/null && break; sleep 0.1; done

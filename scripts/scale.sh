@@ -50,7 +50,7 @@ cleanup() {
 }
 trap cleanup EXIT
 start_bridge() {
-  "$bin/bridge" --device-listen 127.0.0.1:$dport --control-listen 127.0.0.1:$cport --mqtt-listen 127.0.0.1:$mport \
+  "$bin/bridge" --device-listen 127.0.0.1:$dport --control-listen 127.0.0.1:$cport --mqtt-listen 127.0.0.1:$mport --data-dir "" \
     --mqtt-udp-listen "" --debug-listen 127.0.0.1:$pport --log-level warn "$@" 2>>"$dir/bridge.log" &
   bpid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$cport/healthz" >/dev/null && break; sleep 0.1; done

@@ -108,6 +108,9 @@ func Start(t testing.TB, mutate func(*app.Config), opts ...Option) *Bridge {
 	cfg.DeviceListen = "127.0.0.1:0"
 	cfg.ControlListen = "127.0.0.1:0"
 	cfg.MQTT.Listen = ""
+	// State in memory: a test never writes into the user's state directory
+	// (a test that wants a directory sets one of t.TempDir()).
+	cfg.OTA.DataDir = ""
 	cfg.Log.Level = "debug"
 	if mutate != nil {
 		mutate(&cfg)
