@@ -68,7 +68,7 @@ type Fleet struct {
 // FleetStats sums the boards' counters.
 type FleetStats struct {
 	Boards    int // boards in the fleet
-	Connected int // boards with a live connection
+	Connected int // boards connected now: hello exchanged (WebSocket) or CONNACK received (MQTT)
 	Stats         // counters summed over all boards
 }
 
@@ -143,10 +143,12 @@ func (f *Fleet) Boards() []*Board { return f.boards }
 func (f *Fleet) Stats() FleetStats {
 	fs := FleetStats{Boards: len(f.boards)}
 	for _, b := range f.boards {
-		s := b.Stats()
+		// Connected before Stats: a board reads as connected only after
+		// its connect was counted, so Connected never exceeds Connects.
 		if b.Connected() {
 			fs.Connected++
 		}
+		s := b.Stats()
 		fs.Connects += s.Connects
 		fs.TextReceived += s.TextReceived
 		fs.BinaryReceived += s.BinaryReceived

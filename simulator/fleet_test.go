@@ -101,3 +101,21 @@ func TestFleetBackoff(t *testing.T) {
 		assert.InDelta(t, float64(base), float64(d), float64(base)*reconnectJitterRatio+1, "attempt %d", attempt)
 	}
 }
+
+// TestConnectedOnlyAfterHello: a WebSocket board waiting for the server
+// hello is not yet connected (nor counted in Connects), so the fleet line
+// never shows more boards connected than connects.
+func TestConnectedOnlyAfterHello(t *testing.T) {
+	ts := newTestServer(t, nil)
+	b := newTestBoard(t, Config{})
+	errc := make(chan error, 1)
+	go func() { errc <- b.ConnectWebSocket(context.Background(), ts.url) }()
+	sc := ts.accept()
+	sc.readText(t) // the device hello: the socket is up, the exchange is not done
+	assert.False(t, b.Connected(), "connected before the server hello")
+	assert.Zero(t, b.Stats().Connects)
+	sc.write(t, serverHello)
+	require.NoError(t, <-errc)
+	assert.True(t, b.Connected())
+	assert.EqualValues(t, 1, b.Stats().Connects)
+}

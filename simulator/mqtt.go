@@ -265,6 +265,9 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 			c.log.Info("hostile flood done", zap.Int("published", n), zap.Error(err))
 		}()
 	}
+	b.linkMu.Lock()
+	b.mqtt = c
+	b.linkMu.Unlock()
 	c.log.Info("connected over mqtt", zap.String("mqtt_client_id", mc.ClientID), zap.Bool("legacy", mc.Legacy))
 	return c, nil
 }
@@ -327,10 +330,12 @@ func (c *MQTTConn) Stats() MQTTStats {
 }
 
 func (c *MQTTConn) onConnect(cl paho.Client) {
-	c.connects.Add(1)
 	// On MQTT the connection, not a hello, is what makes a board reachable,
-	// so it is what the board's connect counter counts.
+	// so it is what the board's connect counter counts. The board's counter
+	// goes first: Board.Connected trusts a connection once its own counter
+	// moved.
 	c.b.stats.connects.Add(1)
+	c.connects.Add(1)
 	if !c.cfg.Legacy {
 		return
 	}
