@@ -63,6 +63,9 @@ var (
 	ErrMQTTRefused = errors.New("simulator: mqtt connection refused")
 	// ErrNoAudioChannel: the audio channel is not open.
 	ErrNoAudioChannel = errors.New("simulator: audio channel not open")
+	// errMQTTUnreachable marks a connect that failed without a CONNACK
+	// (nothing listening, a network error).
+	errMQTTUnreachable = errors.New("no answer from the broker")
 )
 
 // MQTTConfig is the "mqtt" object a board stores from its OTA response, plus
@@ -249,7 +252,7 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 		if isConnackRefusal(err) {
 			return nil, fmt.Errorf("%w: %v", ErrMQTTRefused, err)
 		}
-		return nil, fmt.Errorf("simulator: mqtt connect %s: %w", broker, err)
+		return nil, fmt.Errorf("simulator: mqtt connect %s: %w: %w", broker, errMQTTUnreachable, err)
 	}
 	c.wg.Add(2)
 	go c.writeLoop()

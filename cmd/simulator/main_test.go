@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/devicebridge/devicebridge/app"
 	"github.com/devicebridge/devicebridge/device"
@@ -275,4 +276,40 @@ func fleetLines(t *testing.T, log string) []fleetLine {
 		out = append(out, l)
 	}
 	return out
+}
+
+// TestQuietAtWarnWhileBridgeRefusesAndStops: at --log-level warn, boards
+// refused during a burst (503, too many waiting for their hello) and then
+// dropped by the bridge stopping write no line each; one summary warning
+// counts them.
+func TestQuietAtWarnWhileBridgeRefusesAndStops(t *testing.T) {
+	b := bridgetest.Start(t, func(c *app.Config) { c.WebSocket.MaxPendingHellos = 1 })
+	const boards = 20
+	var out bridgetest.SyncBuffer
+	m := &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--url", b.App.DeviceURL(), "--count", "20", "--mac-prefix", "02:00:06",
+		"--log-format", "json", "--log-level", "warn", "--stats-interval", "0", "--reconnect-summary", "20ms",
+		"--reconnect-min", "5ms", "--reconnect-max", "20ms"}, &out))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	require.Eventually(t, func() bool { return len(b.App.Hub.Devices()) == boards }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, b.Shutdown())
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "boards reconnecting") },
+		10*time.Second, 5*time.Millisecond, "no summary after the bridge stopped:\n%s", out.String())
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		assert.Contains(t, line, "boards reconnecting", "only the summary at warn")
+	}
+	// The bridge's side of the same: its refusals are throttled (ws), and a
+	// shutdown closes boards without a warning each.
+	assert.Zero(t, b.Logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("transport", "websocket")).
+		FilterMessageSnippet("clos").Len(), "no warning per board closed at shutdown")
 }
