@@ -48,6 +48,11 @@ type Options struct {
 	// alias from the configuration): {id} in a route resolves it before
 	// any device id.
 	Named func(name string) (deviceID string, ok bool)
+	// Node, when set, names this bridge's node in a fleet ("" alone).
+	// GET /api/devices then says so in "node", beside the boards, so that
+	// a client shows every board's holder: the ones with no "node" of
+	// their own are held here.
+	Node func() string
 	// Console, when set, is served on GET / (the web console).
 	Console http.Handler
 	// Access: policy and audit (access.go).
@@ -162,7 +167,13 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 			out = append(out, DeviceSummary{Info: i, Alias: s.alias(i.DeviceID), ToolCount: len(i.Tools)})
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"devices": out})
+	resp := map[string]any{"devices": out}
+	if s.opts.Node != nil {
+		if node := s.opts.Node(); node != "" {
+			resp["node"] = node
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {

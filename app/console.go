@@ -15,6 +15,7 @@ func (a *App) addConsole(o *api.Options) {
 	o.Alias = a.boardAlias
 	// {id} finds the board an operator named before any a board chose.
 	o.Named = a.aliases.Named
+	o.Node = a.nodeID
 	if f := a.cfg.Flow; f.Enabled {
 		confirm := f.confirm()
 		o.Interactions = &api.InteractionOptions{
@@ -32,6 +33,14 @@ func (a *App) addConsole(o *api.Options) {
 		}
 	}
 	o.Console = console.Handler()
+}
+
+// nodeID names this bridge in its fleet, "" when it runs alone.
+func (a *App) nodeID() string {
+	if n := a.Cluster(); n != nil {
+		return n.ID()
+	}
+	return ""
 }
 
 // boardAlias is the alias a board is shown and matched by on the control

@@ -3,7 +3,8 @@
 #   scale.csv  scripts/scale.sh for each transport and N (memory, ready, idle)
 #   hop.txt    BenchmarkHop (bridge vs bare go-sdk peer, both eras, 1/8/64 callers)
 #   fanout.txt BenchmarkFanout (1,000 boards)
-# then regenerates the tables and plots (go run ./internal/perfplot).
+# then regenerates the tables and plots (go run ./internal/perfplot), in
+# docs/performance.md and the README's load table.
 # Takes about 15 minutes on 2 cores; every run is bounded and on loopback.
 #   scripts/perf-runs.sh            # everything
 #   NS="1000 10000" scripts/perf-runs.sh

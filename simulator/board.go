@@ -181,8 +181,11 @@ type Board struct {
 	mcpSilent atomic.Bool
 
 	connectMu sync.Mutex // serialises connection attempts
-	linkMu    sync.Mutex // guards cur
+	linkMu    sync.Mutex // guards cur and mqtt
 	cur       *wsLink
+	// mqtt is the board's latest MQTT connection, kept so that Connected
+	// (and with it the fleet's counters) sees MQTT boards too.
+	mqtt *MQTTConn
 }
 
 var macRE = regexp.MustCompile(`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`)

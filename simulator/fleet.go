@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
+	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
 
 // Defaults for FleetConfig fields left at zero.
@@ -24,6 +28,8 @@ const (
 	DefaultReconnectMin  = time.Second
 	DefaultReconnectMax  = 30 * time.Second
 	reconnectJitterRatio = 0.2
+	// DefaultSummaryInterval is FleetConfig.SummaryInterval's default.
+	DefaultSummaryInterval = 10 * time.Second
 )
 
 // FleetConfig configures a group of boards that share one profile and one
@@ -48,6 +54,12 @@ type FleetConfig struct {
 	Reconnect    bool
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
+	// SummaryInterval is how often the fleet writes one warning that
+	// counts the reconnects of the interval that a busy or vanished server
+	// explains (503s during a burst, the server stopping), instead of one
+	// warning per board; each board's own line is at info. Zero or less
+	// means 10s.
+	SummaryInterval time.Duration
 	// StartInterval spaces out the boards' first connection attempts so a
 	// large fleet does not hit the server all at once.
 	StartInterval time.Duration
@@ -63,12 +75,20 @@ type Fleet struct {
 	cfg    FleetConfig
 	boards []*Board
 	log    *zap.Logger
+
+	// retries counts, by reason, reconnects since the last summary.
+	retriesMu sync.Mutex
+	retries   map[string]int
+	// failures throttles the warning for connections that failed for a
+	// reason worth a look (a refused token, no hello, a board crash): one
+	// line at once, then one per interval with the count left out.
+	failures logthrottle.Throttle
 }
 
 // FleetStats sums the boards' counters.
 type FleetStats struct {
 	Boards    int // boards in the fleet
-	Connected int // boards with a live connection
+	Connected int // boards connected now: hello exchanged (WebSocket) or CONNACK received (MQTT)
 	Stats         // counters summed over all boards
 }
 
@@ -86,6 +106,9 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	cfg.MACPrefix = strings.ToLower(cmp.Or(cfg.MACPrefix, DefaultMACPrefix))
 	cfg.ReconnectMin = cmp.Or(cfg.ReconnectMin, DefaultReconnectMin)
 	cfg.ReconnectMax = max(cmp.Or(cfg.ReconnectMax, DefaultReconnectMax), cfg.ReconnectMin)
+	if cfg.SummaryInterval <= 0 {
+		cfg.SummaryInterval = DefaultSummaryInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -98,7 +121,8 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		return nil, fmt.Errorf("simulator: a %d-octet MAC prefix leaves room for %d boards, not %d", len(prefix), limit-1, cfg.Count)
 	}
 
-	f := &Fleet{cfg: cfg, log: cfg.Logger.Named("fleet")}
+	f := &Fleet{cfg: cfg, log: cfg.Logger.Named("fleet"), retries: map[string]int{}}
+	f.failures.SetInterval(cfg.SummaryInterval)
 	for i := 1; i <= cfg.Count; i++ {
 		var mac [6]byte
 		copy(mac[:], prefix)
@@ -143,10 +167,12 @@ func (f *Fleet) Boards() []*Board { return f.boards }
 func (f *Fleet) Stats() FleetStats {
 	fs := FleetStats{Boards: len(f.boards)}
 	for _, b := range f.boards {
-		s := b.Stats()
+		// Connected before Stats: a board reads as connected only after
+		// its connect was counted, so Connected never exceeds Connects.
 		if b.Connected() {
 			fs.Connected++
 		}
+		s := b.Stats()
 		fs.Connects += s.Connects
 		fs.TextReceived += s.TextReceived
 		fs.BinaryReceived += s.BinaryReceived
@@ -172,6 +198,15 @@ func (f *Fleet) Run(ctx context.Context) error {
 // runAll runs every board with run, each start delayed by its index times
 // StartInterval, and waits for all of them.
 func (f *Fleet) runAll(ctx context.Context, run func(context.Context, *Board) error) error {
+	stop, summarized := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(summarized)
+		f.summarize(ctx, stop)
+	}()
+	defer func() {
+		close(stop)
+		<-summarized
+	}()
 	var wg sync.WaitGroup
 	errs := make([]error, len(f.boards))
 	for i, b := range f.boards {
@@ -233,7 +268,7 @@ func (f *Fleet) keepConnected(ctx context.Context, b *Board, connection func(con
 		}
 		delay := f.backoff(attempt)
 		attempt++
-		b.log.Warn("connection ended; reconnecting", zap.Error(err), zap.Duration("after", delay))
+		f.noteReconnect(b, err, delay)
 		if !ctxtime.Sleep(ctx, delay) {
 			return nil
 		}
@@ -250,4 +285,106 @@ func (f *Fleet) backoff(attempt int) time.Duration {
 	d = min(d, f.cfg.ReconnectMax)
 	jitter := 1 + reconnectJitterRatio*(2*rand.Float64()-1)
 	return time.Duration(float64(d) * jitter)
+}
+
+// Reasons a board reconnects that the server's state explains; they are
+// counted into the fleet's periodic summary, not warned about per board.
+const (
+	reasonServerBusy     = "server_busy"     // 429, 502, 503, 504 (e.g. too many boards waiting for their hello)
+	reasonUnreachable    = "unreachable"     // nothing answered: the server is down or restarting
+	reasonConnectionLost = "connection_lost" // the server closed or dropped the link (a shutdown, a restart)
+)
+
+// noteReconnect logs that b's connection ended with err and that it
+// reconnects after delay. A board's own doing (a reboot, an injected
+// fault) and what a busy or vanished server explains are logged per board
+// at info, the latter also counted for the fleet's summary warning; any
+// other failure is a warning, throttled across the fleet so that 2,000
+// boards refused for one reason write one line per interval.
+func (f *Fleet) noteReconnect(b *Board, err error, delay time.Duration) {
+	fields := []zap.Field{zap.Error(err), zap.Duration("after", delay)}
+	switch reason, expected := reconnectReason(err); {
+	case reason != "":
+		f.retriesMu.Lock()
+		f.retries[reason]++
+		f.retriesMu.Unlock()
+		b.log.Info("connection ended; reconnecting", append(fields, zap.String("reason", reason))...)
+	case expected:
+		b.log.Info("connection ended; reconnecting", fields...)
+	default:
+		if n, ok := f.failures.Allow(); ok {
+			if n > 0 {
+				fields = append(fields, zap.Int64("suppressed", n))
+			}
+			b.log.Warn("connection failed; reconnecting", fields...)
+			return
+		}
+		b.log.Info("connection failed; reconnecting", fields...)
+	}
+}
+
+// reconnectReason sorts why a connection ended: a reason for the summary
+// when a busy or vanished server explains it, expected when the board did
+// it itself, neither for a failure worth a warning.
+func reconnectReason(err error) (reason string, expected bool) {
+	var hs *HandshakeError
+	var ota *otaStatusError
+	var netErr *net.OpError
+	switch {
+	case errors.Is(err, ErrRebooted), errors.Is(err, ErrFirmwareUpgrade), errors.Is(err, ErrInjectedDisconnect):
+		return "", true
+	case errors.As(err, &hs):
+		return busyStatus(hs.StatusCode), false
+	case errors.As(err, &ota):
+		return busyStatus(ota.status), false
+	case errors.Is(err, ErrServerClosed), errors.Is(err, ErrConnectionLost):
+		return reasonConnectionLost, false
+	case errors.Is(err, errMQTTUnreachable), errors.As(err, &netErr):
+		return reasonUnreachable, false
+	}
+	return "", false
+}
+
+func busyStatus(code int) string {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return reasonServerBusy
+	}
+	return ""
+}
+
+// summarize writes, every SummaryInterval until ctx ends or stop closes,
+// one warning counting the reconnects of the interval by reason, when
+// there were any.
+func (f *Fleet) summarize(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(f.cfg.SummaryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		f.retriesMu.Lock()
+		counts := f.retries
+		f.retries = map[string]int{}
+		f.retriesMu.Unlock()
+		if len(counts) == 0 {
+			continue
+		}
+		total := 0
+		reasons := make([]string, 0, len(counts))
+		for r, n := range counts {
+			total += n
+			reasons = append(reasons, r)
+		}
+		slices.Sort(reasons)
+		fields := []zap.Field{zap.Int("reconnects", total), zap.Duration("interval", f.cfg.SummaryInterval)}
+		for _, r := range reasons {
+			fields = append(fields, zap.Int(r, counts[r]))
+		}
+		f.log.Warn("boards reconnecting (the server is busy or gone; each board's line is at info)", fields...)
+	}
 }

@@ -2,6 +2,9 @@ package simulator
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"testing"
@@ -9,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestFleetConnectsAndReconnects(t *testing.T) {
@@ -100,4 +106,101 @@ func TestFleetBackoff(t *testing.T) {
 		base *= time.Millisecond
 		assert.InDelta(t, float64(base), float64(d), float64(base)*reconnectJitterRatio+1, "attempt %d", attempt)
 	}
+}
+
+// TestConnectedOnlyAfterHello: a WebSocket board waiting for the server
+// hello is not yet connected (nor counted in Connects), so the fleet line
+// never shows more boards connected than connects.
+func TestConnectedOnlyAfterHello(t *testing.T) {
+	ts := newTestServer(t, nil)
+	b := newTestBoard(t, Config{})
+	errc := make(chan error, 1)
+	go func() { errc <- b.ConnectWebSocket(context.Background(), ts.url) }()
+	sc := ts.accept()
+	sc.readText(t) // the device hello: the socket is up, the exchange is not done
+	assert.False(t, b.Connected(), "connected before the server hello")
+	assert.Zero(t, b.Stats().Connects)
+	sc.write(t, serverHello)
+	require.NoError(t, <-errc)
+	assert.True(t, b.Connected())
+	assert.EqualValues(t, 1, b.Stats().Connects)
+}
+
+// TestFleetReconnectLogs: reconnects a busy server explains (503) are one
+// summary warning per interval, each board's line at info; a real failure
+// (401) is a warning, throttled across the fleet with a count of what it
+// left out.
+func TestFleetReconnectLogs(t *testing.T) {
+	run := func(t *testing.T, status int, summary time.Duration) *observer.ObservedLogs {
+		ts := newTestServer(t, func(ts *testServer) { ts.reject = status })
+		core, logs := observer.New(zapcore.InfoLevel)
+		f, err := NewFleet(FleetConfig{URL: ts.url, Profile: mustProfile(t, "breadboard"), Count: 3, Reconnect: true,
+			ReconnectMin: time.Millisecond, ReconnectMax: 5 * time.Millisecond, SummaryInterval: summary, Logger: zap.New(core)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+		if status == http.StatusServiceUnavailable {
+			require.Eventually(t, func() bool { return logs.FilterMessageSnippet("boards reconnecting").Len() > 0 },
+				waitTimeout, time.Millisecond)
+		} else {
+			require.Eventually(t, func() bool { return f.failures.Suppressed() >= 6 }, waitTimeout, time.Millisecond)
+		}
+		return logs
+	}
+
+	t.Run("server busy", func(t *testing.T) {
+		logs := run(t, http.StatusServiceUnavailable, 20*time.Millisecond)
+		summary := logs.FilterMessageSnippet("boards reconnecting").All()[0]
+		assert.Equal(t, zapcore.WarnLevel, summary.Level)
+		fields := summary.ContextMap()
+		assert.Positive(t, fields["server_busy"])
+		assert.Equal(t, fields["reconnects"], fields["server_busy"])
+		perBoard := logs.FilterMessage("connection ended; reconnecting").All()
+		require.NotEmpty(t, perBoard)
+		for _, e := range perBoard {
+			assert.Equal(t, zapcore.InfoLevel, e.Level, "a busy server is not a warning per board")
+			assert.Equal(t, "server_busy", e.ContextMap()["reason"])
+		}
+	})
+	t.Run("refused token", func(t *testing.T) {
+		logs := run(t, http.StatusUnauthorized, time.Hour)
+		warns := logs.FilterLevelExact(zapcore.WarnLevel).All()
+		require.Len(t, warns, 1, "one warning for the fleet within the interval")
+		assert.Equal(t, "connection failed; reconnecting", warns[0].Message)
+		assert.Contains(t, warns[0].ContextMap()["error"], "401")
+		assert.Zero(t, logs.FilterMessageSnippet("boards reconnecting").Len(), "a refusal is not counted as a busy server")
+		assert.Positive(t, logs.FilterMessage("connection failed; reconnecting").FilterLevelExact(zapcore.InfoLevel).Len())
+	})
+}
+
+func TestReconnectReason(t *testing.T) {
+	for _, c := range []struct {
+		err      error
+		reason   string
+		expected bool
+	}{
+		{&HandshakeError{StatusCode: 503}, reasonServerBusy, false},
+		{&HandshakeError{StatusCode: 429}, reasonServerBusy, false},
+		{&HandshakeError{StatusCode: 401}, "", false},
+		{&otaStatusError{status: 503}, reasonServerBusy, false},
+		{&otaStatusError{status: 403}, "", false},
+		{fmt.Errorf("simulator: websocket hello: %w", fmt.Errorf("%w (code 1001)", ErrServerClosed)), reasonConnectionLost, false},
+		{fmt.Errorf("%w: EOF", ErrConnectionLost), reasonConnectionLost, false},
+		{fmt.Errorf("simulator: dial: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), reasonUnreachable, false},
+		{fmt.Errorf("x: %w: %w", errMQTTUnreachable, errors.New("paho")), reasonUnreachable, false},
+		{ErrRebooted, "", true},
+		{ErrInjectedDisconnect, "", true},
+		{fmt.Errorf("simulator: websocket hello: %w", ErrHelloTimeout), "", false},
+		{fmt.Errorf("%w: bad user", ErrMQTTRefused), "", false},
+	} {
+		reason, expected := reconnectReason(c.err)
+		assert.Equal(t, c.reason, reason, "%v", c.err)
+		assert.Equal(t, c.expected, expected, "%v", c.err)
+	}
+	assert.ErrorIs(t, &otaStatusError{status: 503}, ErrOTAStatus)
 }

@@ -63,6 +63,9 @@ var (
 	ErrMQTTRefused = errors.New("simulator: mqtt connection refused")
 	// ErrNoAudioChannel: the audio channel is not open.
 	ErrNoAudioChannel = errors.New("simulator: audio channel not open")
+	// errMQTTUnreachable marks a connect that failed without a CONNACK
+	// (nothing listening, a network error).
+	errMQTTUnreachable = errors.New("no answer from the broker")
 )
 
 // MQTTConfig is the "mqtt" object a board stores from its OTA response, plus
@@ -249,7 +252,7 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 		if isConnackRefusal(err) {
 			return nil, fmt.Errorf("%w: %v", ErrMQTTRefused, err)
 		}
-		return nil, fmt.Errorf("simulator: mqtt connect %s: %w", broker, err)
+		return nil, fmt.Errorf("simulator: mqtt connect %s: %w: %w", broker, errMQTTUnreachable, err)
 	}
 	c.wg.Add(2)
 	go c.writeLoop()
@@ -265,6 +268,9 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 			c.log.Info("hostile flood done", zap.Int("published", n), zap.Error(err))
 		}()
 	}
+	b.linkMu.Lock()
+	b.mqtt = c
+	b.linkMu.Unlock()
 	c.log.Info("connected over mqtt", zap.String("mqtt_client_id", mc.ClientID), zap.Bool("legacy", mc.Legacy))
 	return c, nil
 }
@@ -327,10 +333,12 @@ func (c *MQTTConn) Stats() MQTTStats {
 }
 
 func (c *MQTTConn) onConnect(cl paho.Client) {
-	c.connects.Add(1)
 	// On MQTT the connection, not a hello, is what makes a board reachable,
-	// so it is what the board's connect counter counts.
+	// so it is what the board's connect counter counts. The board's counter
+	// goes first: Board.Connected trusts a connection once its own counter
+	// moved.
 	c.b.stats.connects.Add(1)
+	c.connects.Add(1)
 	if !c.cfg.Legacy {
 		return
 	}

@@ -57,6 +57,19 @@ var (
 	ErrNoTransport = errors.New("simulator: no transport in the OTA answer or in NVS")
 )
 
+// otaStatusError is an OTA answer other than 200; it is ErrOTAStatus and
+// keeps the status, so the fleet can tell "busy, retry" from a refusal.
+type otaStatusError struct {
+	status int
+	body   string
+}
+
+func (e *otaStatusError) Error() string {
+	return fmt.Sprintf("%v: HTTP %d: %s", ErrOTAStatus, e.status, e.body)
+}
+
+func (e *otaStatusError) Is(target error) bool { return target == ErrOTAStatus }
+
 // OTAConfig is a board's OTA URL and the waits of its activation loop
 // (tests shorten them).
 type OTAConfig struct {
@@ -156,7 +169,7 @@ func (b *Board) otaPost(ctx context.Context, url string, body []byte) (*jsonValu
 		return nil, err
 	}
 	if status != http.StatusOK {
-		return nil, fmt.Errorf("%w: HTTP %d: %s", ErrOTAStatus, status, strings.TrimSpace(string(answer)))
+		return nil, &otaStatusError{status: status, body: strings.TrimSpace(string(answer))}
 	}
 	root, ok := parseCJSON(answer)
 	if !ok || !root.isObject() {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -94,7 +95,10 @@ func (b *Board) ConnectWebSocket(ctx context.Context, rawURL string) error {
 	defer timer.Stop()
 	select {
 	case <-b.helloEvent:
+		// Counted before the link reads as connected, so a reader of
+		// Connected then Stats never sees more connected than connects.
 		b.stats.connects.Add(1)
+		l.helloDone.Store(true)
 		l.log.Info("connected", zap.String("session_id", b.SessionID()))
 		return nil
 	case <-l.done:
@@ -172,18 +176,23 @@ func (b *Board) Serve(ctx context.Context) error {
 	}
 }
 
-// Connected reports whether the board has a live connection.
+// Connected reports whether the board has a live connection that
+// completed its hello exchange (WebSocket) or its CONNECT (MQTT): one that
+// Stats().Connects has already counted.
 func (b *Board) Connected() bool {
-	l := b.currentLink()
-	if l == nil {
-		return false
+	b.linkMu.Lock()
+	l, mc := b.cur, b.mqtt
+	b.linkMu.Unlock()
+	if l != nil && l.helloDone.Load() {
+		select {
+		case <-l.done:
+		default:
+			return true
+		}
 	}
-	select {
-	case <-l.done:
-		return false
-	default:
-		return true
-	}
+	// onConnect counts the connect before the connection's own counter,
+	// so a connection it has counted is one Stats().Connects includes.
+	return mc != nil && mc.connects.Load() > 0 && mc.Connected()
 }
 
 // Close drops the current connection, if any, the way a board does: a
@@ -233,6 +242,9 @@ type wsLink struct {
 	cancel context.CancelFunc
 	out    chan string
 	done   chan struct{} // closed by shutdown
+	// helloDone is set once the hello exchange completed (and Connects
+	// counted it).
+	helloDone atomic.Bool
 
 	once  sync.Once
 	cause error // set once, before done is closed

@@ -509,7 +509,10 @@ func TestWSServeAndCloseLifecycle(t *testing.T) {
 	go func() { connErr <- b.ConnectWebSocket(context.Background(), ts.url) }()
 	sc := ts.accept()
 	sc.readText(t)
-	require.Eventually(t, b.Connected, waitTimeout, time.Millisecond)
+	// The socket is up but the hello is not done: Connected stays false
+	// until then, so wait for the link itself.
+	require.Eventually(t, func() bool { return b.currentLink() != nil }, waitTimeout, time.Millisecond)
+	assert.False(t, b.Connected(), "not connected before the server hello")
 	require.NoError(t, b.Close())
 	err = waitErr(t, connErr)
 	require.ErrorIs(t, err, ErrClosed)

@@ -51,6 +51,11 @@ type Options struct {
 	// (the MCP Inspector) apply, so the host shows the proxy's explanation
 	// rather than a bare timeout.
 	StartupWait time.Duration
+	// DrainWait bounds how long, once the host has closed its input (a
+	// script piping its requests in), the proxy still waits for the
+	// answers to requests it had read before it ends the session. Default
+	// 30s, the bridge's default call timeout.
+	DrainWait time.Duration
 	// Logger receives the proxy's logs (never stdout). Nil discards.
 	Logger *zap.Logger
 }
@@ -62,6 +67,7 @@ func (o Options) withDefaults() Options {
 	// max(x, 0): a negative value here has always meant the default too.
 	o.RetryInterval = cmp.Or(max(o.RetryInterval, 0), 2*time.Second)
 	o.StartupWait = cmp.Or(max(o.StartupWait, 0), 8*time.Second)
+	o.DrainWait = cmp.Or(max(o.DrainWait, 0), 30*time.Second)
 	return o
 }
 
@@ -161,14 +167,15 @@ func (e *TokenRejectedError) Error() string {
 // Run serves the proxy on t (typically &mcp.StdioTransport{}) until the
 // host closes it or ctx ends. An unreachable bridge is retried meanwhile;
 // Run fails if t cannot be served, or with a *TokenRejectedError as soon
-// as the bridge refuses the token.
+// as the bridge refuses the token. When the host closes its input, every
+// request it had sent is answered first (waiting up to DrainWait).
 func (p *Proxy) Run(ctx context.Context, t mcp.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	fatal := make(chan error, 1)
 	go func() { fatal <- p.maintain(ctx) }()
 
-	ss, err := p.server.Connect(ctx, t, nil)
+	ss, err := p.server.Connect(ctx, drainTransport{Transport: t, wait: p.opts.DrainWait, log: p.log}, nil)
 	if err != nil {
 		cancel()
 		<-fatal
@@ -282,6 +289,9 @@ func (p *Proxy) maintain(ctx context.Context) error {
 	for ctx.Err() == nil {
 		cs, err := p.connect(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // the proxy is stopping, the bridge is not at fault
+			}
 			select {
 			case <-p.rejected:
 				return p.rejection
@@ -320,7 +330,9 @@ func (p *Proxy) maintain(ctx context.Context) error {
 				<-ended
 				return p.rejection
 			case <-ended:
-				p.log.Warn("lost the bridge session; reconnecting", zap.String("url", p.opts.URL))
+				if ctx.Err() == nil {
+					p.log.Warn("lost the bridge session; reconnecting", zap.String("url", p.opts.URL))
+				}
 				break follow
 			case <-ctx.Done():
 				break follow
@@ -511,6 +523,119 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// drainTransport wraps the host's transport so that the end of the host's
+// input ends the session only once every request read from it has been
+// answered (or cancelled by the host), waiting at most wait. Without it a
+// host that writes its requests and closes stdin (printf … | mcp-stdio)
+// would get the first answer only: go-sdk ends the session at EOF and
+// cancels whatever is still running.
+type drainTransport struct {
+	mcp.Transport
+	wait time.Duration
+	log  *zap.Logger
+}
+
+func (t drainTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &drainConn{Connection: c, wait: t.wait, log: t.log, pending: map[jsonrpc.ID]struct{}{},
+		answered: make(chan struct{}, 1), closed: make(chan struct{})}, nil
+}
+
+// drainConn counts the host's requests in flight: added when read,
+// removed when their response is written or the host cancels them.
+type drainConn struct {
+	mcp.Connection
+	wait time.Duration
+	log  *zap.Logger
+
+	mu       sync.Mutex
+	pending  map[jsonrpc.ID]struct{}
+	answered chan struct{} // poked whenever pending shrinks
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func (c *drainConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			c.drain(ctx)
+		}
+		return nil, err
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok {
+		switch {
+		case req.ID.IsValid():
+			c.mu.Lock()
+			c.pending[req.ID] = struct{}{}
+			c.mu.Unlock()
+		case req.Method == "notifications/cancelled":
+			var params struct {
+				RequestID any `json:"requestId"`
+			}
+			if json.Unmarshal(req.Params, &params) == nil {
+				if id, err := jsonrpc.MakeID(params.RequestID); err == nil {
+					c.done(id)
+				}
+			}
+		}
+	}
+	return msg, nil
+}
+
+func (c *drainConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.done(resp.ID)
+	}
+	return err
+}
+
+func (c *drainConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Connection.Close()
+}
+
+func (c *drainConn) done(id jsonrpc.ID) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	select {
+	case c.answered <- struct{}{}:
+	default:
+	}
+}
+
+// drain waits until no request of the host is unanswered, for at most
+// c.wait, or until the connection is closed or ctx ends.
+func (c *drainConn) drain(ctx context.Context) {
+	timer := time.NewTimer(c.wait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		c.log.Debug("the host closed its input; answering what it sent first", zap.Int("requests", n))
+		select {
+		case <-c.answered:
+		case <-timer.C:
+			c.log.Warn("the host closed its input; requests left unanswered", zap.Int("requests", n),
+				zap.Duration("waited", c.wait))
+			return
+		case <-c.closed:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // errorResult is a tool result that reports a failure to the host.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,3 +323,65 @@ func TestStdioProxyTokenRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestStdioProxyAnswersBeforeEOF: when the host closes its input, the
+// session ends only once every request it sent is answered (a request the
+// host cancelled excepted), or after DrainWait.
+func TestStdioProxyAnswersBeforeEOF(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		drainWait time.Duration
+	}{{"answered", time.Hour}, {"gives up after DrainWait", 50 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBridge(t, nil)
+			hold := make(chan struct{})
+			var release sync.Once
+			t.Cleanup(func() { release.Do(func() { close(hold) }) })
+			b.Board(macA, "breadboard", simulator.Config{Hold: map[string]<-chan struct{}{slowTool: hold}})
+			core, logs := observer.New(zapcore.DebugLevel)
+			p, err := stdioproxy.New(stdioproxy.Options{URL: b.URL, HTTPClient: b.HTTP, RetryInterval: 50 * time.Millisecond,
+				DrainWait: tc.drainWait, Logger: zap.New(core)})
+			require.NoError(t, err)
+
+			call := `{"name":"` + upstreamName(macA, slowTool) + `","arguments":{}}`
+			in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":` + call + `}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":` + call + `}
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}
+`
+			var out bridgetest.SyncBuffer
+			done := make(chan error, 1)
+			go func() {
+				done <- p.Run(context.Background(), &mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(in)), Writer: nopWriteCloser{&out}})
+			}()
+			if tc.drainWait == time.Hour {
+				require.Eventually(t, func() bool {
+					return logs.FilterMessage("the host closed its input; answering what it sent first").Len() > 0
+				}, 10*time.Second, 5*time.Millisecond)
+				select {
+				case err := <-done:
+					t.Fatalf("the session ended with a call unanswered: %v\n%s", err, out.String())
+				default:
+				}
+				release.Do(func() { close(hold) })
+			}
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the session did not end after the host closed its input")
+			}
+			if tc.drainWait == time.Hour {
+				assert.Contains(t, out.String(), `"id":2,"result":{"content":[{"type":"text","text":"true"}]`)
+			} else {
+				assert.Equal(t, 1, logs.FilterMessage("the host closed its input; requests left unanswered").Len())
+				assert.NotContains(t, out.String(), `"id":2`)
+			}
+		})
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

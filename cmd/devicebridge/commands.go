@@ -23,6 +23,7 @@ func (c *cli) devices(ctx context.Context) error {
 	}
 	var list struct {
 		Devices []board `json:"devices"`
+		Node    string  `json:"node"` // set when the bridge is in a fleet
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return err
@@ -32,8 +33,8 @@ func (c *cli) devices(ctx context.Context) error {
 		return nil
 	}
 	// In a fleet (docs/scaling.md) boards held by other nodes name their
-	// node; only then is there a NODE column.
-	fleet := false
+	// node, and the bridge names its own; only then is there a NODE column.
+	fleet := list.Node != ""
 	for _, b := range list.Devices {
 		fleet = fleet || b.Node != ""
 	}

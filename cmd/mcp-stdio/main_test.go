@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
+	"github.com/devicebridge/devicebridge/simulator"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -140,4 +143,41 @@ func TestUnreachableBridgeIsRetried(t *testing.T) {
 	}
 	c.cancel()
 	require.Equal(t, 0, c.exitStatus(t))
+}
+
+// TestPipedRequestsAnsweredBeforeExit: a host that writes its requests and
+// closes stdin at once (printf '…' | mcp-stdio) gets an answer to every
+// request it sent before mcp-stdio exits, and the proxy's own shutdown is
+// not reported as an unreachable bridge.
+func TestPipedRequestsAnsweredBeforeExit(t *testing.T) {
+	b := bridgetest.Start(t, nil)
+	const mac = "02:00:00:00:00:01"
+	b.Board(mac, "breadboard", simulator.Config{})
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + bridgetest.ToolName(mac, "self.get_device_status") + `","arguments":{}}}`,
+	}, "\n") + "\n"
+	var stdout, stderr bridgetest.SyncBuffer
+	code := run(context.Background(), []string{"--url", b.URL, "--log-level", "debug"}, io.NopCloser(strings.NewReader(in)),
+		nopCloser{&stdout}, &stderr, func(string) string { return "" })
+	require.Equal(t, 0, code, stderr.String())
+
+	answers := map[float64]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var msg map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &msg), line)
+		if id, ok := msg["id"].(float64); ok {
+			answers[id] = msg
+		}
+	}
+	require.Len(t, answers, 3, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	assert.Contains(t, answers[2]["result"], "tools")
+	result, _ := answers[3]["result"].(map[string]any)
+	require.NotNil(t, result, "tools/call answered with an error: %v", answers[3])
+	assert.NotEqual(t, true, result["isError"], "%v", result)
+	assert.Contains(t, fmt.Sprint(result["content"]), "audio_speaker")
+	assert.NotContains(t, stderr.String(), "cannot reach the bridge")
+	assert.NotContains(t, stderr.String(), "context canceled")
 }

@@ -61,10 +61,13 @@ type Main struct {
 	reconnectMax  time.Duration
 	startInterval time.Duration
 	statsInterval time.Duration
-	toolDelay     map[string]time.Duration
-	disconnectOn  map[string]bool
-	omitMCP       bool
-	omitSessionID bool
+	// reconnectSummary is how often the fleet sums up reconnects a busy or
+	// vanished server explains, in one warning.
+	reconnectSummary time.Duration
+	toolDelay        map[string]time.Duration
+	disconnectOn     map[string]bool
+	omitMCP          bool
+	omitSessionID    bool
 	// hostile makes every board misbehave on purpose (flags --hostile-*).
 	hostile                  simulator.Hostile
 	hostileDeep, hostileWide int
@@ -100,6 +103,7 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	fs.DurationVar(&m.reconnectMin, "reconnect-min", simulator.DefaultReconnectMin, "first reconnect delay")
 	fs.DurationVar(&m.reconnectMax, "reconnect-max", simulator.DefaultReconnectMax, "largest reconnect delay")
 	fs.DurationVar(&m.startInterval, "start-interval", 0, "delay between the first connection of successive boards")
+	fs.DurationVar(&m.reconnectSummary, "reconnect-summary", simulator.DefaultSummaryInterval, "how often one warning sums up the reconnects a busy or stopped server explains (each board's own line is at info)")
 
 	// Fault injection.
 	fs.Func("tool-delay", "make a tool slow, as name=duration (repeatable)", func(v string) error {
@@ -210,15 +214,16 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	fleet, err := simulator.NewFleet(simulator.FleetConfig{
-		URL:           m.url,
-		Profile:       profile,
-		Count:         m.count,
-		MACPrefix:     m.macPrefix,
-		Token:         m.token,
-		Reconnect:     m.reconnect,
-		ReconnectMin:  m.reconnectMin,
-		ReconnectMax:  m.reconnectMax,
-		StartInterval: m.startInterval,
+		URL:             m.url,
+		Profile:         profile,
+		Count:           m.count,
+		MACPrefix:       m.macPrefix,
+		Token:           m.token,
+		Reconnect:       m.reconnect,
+		ReconnectMin:    m.reconnectMin,
+		ReconnectMax:    m.reconnectMax,
+		StartInterval:   m.startInterval,
+		SummaryInterval: m.reconnectSummary,
 		Board: simulator.Config{
 			ProtocolVersion: m.protoVersion,
 			HelloTimeout:    m.helloTimeout,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
@@ -189,4 +194,122 @@ func runUntil(t *testing.T, m *Main, mu *sync.Mutex, wg *sync.WaitGroup, ready f
 		t.Fatal("Run did not stop")
 	}
 	wg.Wait()
+}
+
+// TestFleetCountersAgainstBridge: the fleet line's "connected" is the
+// boards connected now, over either transport, and never more than
+// "connects" (finding: MQTT boards read "connected": 0 while connected,
+// and WebSocket boards counted as connected before their hello).
+func TestFleetCountersAgainstBridge(t *testing.T) {
+	for _, transport := range []string{"websocket", "mqtt"} {
+		t.Run(transport, func(t *testing.T) {
+			b := bridgetest.Start(t, func(c *app.Config) {
+				if transport == "mqtt" {
+					c.MQTT.Listen = "127.0.0.1:0"
+				}
+			}, bridgetest.WithLogger(zap.NewNop()))
+			args := []string{"--count", "3", "--mac-prefix", "02:00:05", "--log-format", "json", "--log-level", "warn",
+				"--stats-interval", "5ms", "--reconnect-min", "10ms", "--reconnect-max", "50ms"}
+			if transport == "mqtt" {
+				args = append(args, "--mqtt", "tcp://"+b.App.MQTTAddr().String())
+			} else {
+				args = append(args, "--url", b.App.DeviceURL())
+			}
+			var out bridgetest.SyncBuffer
+			m := &Main{}
+			require.NoError(t, m.ParseFlags(args, &out))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- m.Run(ctx) }()
+
+			ready := func() bool {
+				n := 0
+				for _, info := range b.App.Hub.Devices() {
+					if info.State == device.StateReady {
+						n++
+					}
+				}
+				return n == 3
+			}
+			require.Eventually(t, ready, 10*time.Second, 5*time.Millisecond)
+			// A line written after every board was ready says so.
+			mark := len(fleetLines(t, out.String()))
+			require.Eventually(t, func() bool {
+				lines := fleetLines(t, out.String())
+				for _, l := range lines[mark:] {
+					if l.Connected == 3 && l.Connects == 3 {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 5*time.Millisecond, "no fleet line with 3 connected boards:\n%s", out.String())
+			for _, l := range fleetLines(t, out.String()) {
+				assert.LessOrEqual(t, l.Connected, l.Connects, "more boards connected than connects so far")
+			}
+
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not stop")
+			}
+		})
+	}
+}
+
+type fleetLine struct {
+	Connected int `json:"connected"`
+	Connects  int `json:"connects"`
+}
+
+// fleetLines parses the JSON "fleet" lines of the simulator's log.
+func fleetLines(t *testing.T, log string) []fleetLine {
+	var out []fleetLine
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `"msg":"fleet"`) {
+			continue
+		}
+		var l fleetLine
+		require.NoError(t, json.Unmarshal([]byte(line), &l), line)
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestQuietAtWarnWhileBridgeRefusesAndStops: at --log-level warn, boards
+// refused during a burst (503, too many waiting for their hello) and then
+// dropped by the bridge stopping write no line each; one summary warning
+// counts them.
+func TestQuietAtWarnWhileBridgeRefusesAndStops(t *testing.T) {
+	b := bridgetest.Start(t, func(c *app.Config) { c.WebSocket.MaxPendingHellos = 1 })
+	const boards = 20
+	var out bridgetest.SyncBuffer
+	m := &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--url", b.App.DeviceURL(), "--count", "20", "--mac-prefix", "02:00:06",
+		"--log-format", "json", "--log-level", "warn", "--stats-interval", "0", "--reconnect-summary", "20ms",
+		"--reconnect-min", "5ms", "--reconnect-max", "20ms"}, &out))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	require.Eventually(t, func() bool { return len(b.App.Hub.Devices()) == boards }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, b.Shutdown())
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "boards reconnecting") },
+		10*time.Second, 5*time.Millisecond, "no summary after the bridge stopped:\n%s", out.String())
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		assert.Contains(t, line, "boards reconnecting", "only the summary at warn")
+	}
+	// The bridge's side of the same: its refusals are throttled (ws), and a
+	// shutdown closes boards without a warning each.
+	assert.Zero(t, b.Logs.FilterLevelExact(zapcore.WarnLevel).FilterField(zap.String("transport", "websocket")).
+		FilterMessageSnippet("clos").Len(), "no warning per board closed at shutdown")
 }

@@ -202,6 +202,7 @@ function fmtMS(ms) {
 async function loadFleet() {
   try {
     const data = await api('GET', '/api/devices');
+    state.node = data.node || '';
     const seen = new Set();
     for (const d of data.devices) { state.boards.set(d.device_id, d); seen.add(d.device_id); }
     for (const [id, b] of state.boards) if (!seen.has(id) && b.state !== 'closed') state.boards.set(id, Object.assign({}, b, { state: 'closed' }));
@@ -232,8 +233,8 @@ function renderFleet() {
       onclick: () => { $('state-filter').value = want === s ? '' : s; renderFleet(); } }, el('b', { text: String(n) }), s));
   }
   // In a fleet of bridges (docs/scaling.md) boards held by another node name
-  // it; only then is there a node column.
-  const fleet = all.some((b) => b.node);
+  // it, and the bridge names its own node; only then is there a node column.
+  const fleet = !!state.node || all.some((b) => b.node);
   const rows = all.filter((b) => (!want || b.state === want) &&
     (!filter || [b.device_id, b.alias, b.board, b.client_id, b.node].some((v) => v && String(v).toLowerCase().includes(filter))));
   $('fleet').tBodies[0].replaceChildren(...rows.map((b) => el('tr', { class: b.state, 'data-id': b.device_id },

@@ -1,9 +1,11 @@
 // Command perfplot turns the runs of scripts/perf-runs.sh into the tables
 // and plots of docs/performance.md: it reads scale.csv, hop.txt and
-// fanout.txt in -dir, writes memory.svg and latency.svg there, and rewrites
-// the generated section of -doc (between the BEGIN/END GENERATED markers).
+// fanout.txt in -dir, writes memory.svg and latency.svg there, rewrites
+// the generated section of -doc (between the BEGIN/END GENERATED markers)
+// and the load figures in -readme (between the BEGIN/END GENERATED
+// perf-summary markers), so that no figure in either is typed by hand.
 //
-//	go run ./internal/perfplot -dir docs/perf -doc docs/performance.md
+//	go run ./internal/perfplot -dir docs/perf -doc docs/performance.md -readme README.md
 package main
 
 import (
@@ -23,8 +25,9 @@ import (
 func main() {
 	dir := flag.String("dir", "docs/perf", "directory of the runs")
 	doc := flag.String("doc", "docs/performance.md", "document whose generated section to rewrite")
+	readme := flag.String("readme", "README.md", "document whose perf-summary section to rewrite (empty: none)")
 	flag.Parse()
-	if err := run(*dir, *doc); err != nil {
+	if err := run(*dir, *doc, *readme); err != nil {
 		fmt.Fprintln(os.Stderr, "perfplot:", err)
 		os.Exit(1)
 	}
@@ -43,7 +46,13 @@ type scaleRow struct {
 // bench is one benchmark's metrics, medians over -count runs.
 type bench map[string]float64
 
-func run(dir, doc string) error {
+// Markers of the generated sections.
+var (
+	docSection    = regexp.MustCompile(`(?s)<!-- BEGIN GENERATED.*?<!-- END GENERATED -->`)
+	readmeSection = regexp.MustCompile(`(?s)<!-- BEGIN GENERATED perf-summary.*?<!-- END GENERATED perf-summary -->`)
+)
+
+func run(dir, doc, readme string) error {
 	rows, err := readScale(filepath.Join(dir, "scale.csv"))
 	if err != nil {
 		return err
@@ -109,16 +118,56 @@ func run(dir, doc string) error {
 		}
 	}
 	b.WriteString("\n<!-- END GENERATED -->")
-	text, err := os.ReadFile(doc)
+	if err := rewrite(doc, docSection, b.String()); err != nil {
+		return err
+	}
+	if readme == "" {
+		return nil
+	}
+	return rewrite(readme, readmeSection, summary(rows))
+}
+
+// rewrite replaces the section re matches in path with section.
+func rewrite(path string, re *regexp.Regexp, section string) error {
+	text, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	re := regexp.MustCompile(`(?s)<!-- BEGIN GENERATED.*?<!-- END GENERATED -->`)
 	if !re.Match(text) {
-		return fmt.Errorf("%s has no generated section", doc)
+		return fmt.Errorf("%s has no generated section (%s)", path, re)
 	}
-	out := re.ReplaceAllLiteral(text, []byte(b.String()))
-	return os.WriteFile(doc, out, 0o644)
+	return os.WriteFile(path, re.ReplaceAllLiteral(text, []byte(section)), 0o644)
+}
+
+// summary is the README's view of the scale runs: how long WebSocket
+// boards took to be ready and what the bridge then held, the figures a
+// reader of the load-generator example compares with.
+func summary(rows []scaleRow) string {
+	var b strings.Builder
+	b.WriteString("<!-- BEGIN GENERATED perf-summary by go run ./internal/perfplot from docs/perf/scale.csv: do not edit -->\n")
+	b.WriteString("| WebSocket boards | all ready after | bridge RSS right after the burst | bridge RSS once idle |\n")
+	b.WriteString("|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		if r.transport != "ws" {
+			continue
+		}
+		ready := fmt.Sprintf("%.1f s", r.ready)
+		if !r.readyOK {
+			ready = "not all in time"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f MiB | %.0f MiB |\n", thousands(r.n), ready, r.burst/1024, r.rssN/1024)
+	}
+	b.WriteString("<!-- END GENERATED perf-summary -->")
+	return b.String()
+}
+
+// thousands writes n with a comma between groups of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func orDash(s string) string {
