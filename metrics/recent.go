@@ -44,6 +44,7 @@ type recentSlot struct {
 type Recent struct {
 	interval time.Duration
 	now      func() time.Time
+	start    time.Time // the ring began counting: no minute reaches back further
 
 	mu    sync.Mutex
 	slots []recentSlot
@@ -63,7 +64,7 @@ func NewRecent(interval, window time.Duration, now func() time.Time) *Recent {
 		now = time.Now
 	}
 	n := int((window + interval - 1) / interval)
-	r := &Recent{interval: interval, now: now, slots: make([]recentSlot, n)}
+	r := &Recent{interval: interval, now: now, start: now(), slots: make([]recentSlot, n)}
 	for i := range r.slots {
 		r.slots[i].index = -1
 	}
@@ -111,7 +112,8 @@ type RecentInterval struct {
 }
 
 // RecentSummary sums the intervals of the last minute (the running one
-// included): what the console's header shows.
+// included): what the console's header shows. Seconds is the time they
+// cover: less than a minute while the bridge is younger than that.
 type RecentSummary struct {
 	Seconds  float64  `json:"seconds"`
 	Calls    int64    `json:"calls"`
@@ -157,9 +159,10 @@ func (r *Recent) Snapshot() RecentSnapshot {
 		}
 		snap.Intervals = append(snap.Intervals, iv)
 	}
-	// The running interval counts only as far as it has run.
+	// The running interval counts only as far as it has run, and a bridge
+	// that started less than a minute ago only since it started.
 	secs := (time.Duration(recentN-1)*r.interval + time.Duration(now.UnixNano()-cur*int64(r.interval))).Seconds()
-	secs = max(secs, 1)
+	secs = max(min(secs, now.Sub(r.start).Seconds()), 1)
 	snap.LastMinute = RecentSummary{Seconds: math.Round(secs*10) / 10, Calls: minute.calls, Errors: minute.errors,
 		RatePerS: math.Round(float64(minute.calls)/secs*1000) / 1000,
 		P50MS:    minute.quantileMS(0.5), P99MS: minute.quantileMS(0.99)}

@@ -30,6 +30,9 @@ func (c *fakeClock) add(d time.Duration) {
 func TestRecentIntervals(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)} // on a 10 s boundary
 	r := NewRecent(10*time.Second, time.Minute, clk.now)
+	young := r.Snapshot().LastMinute
+	assert.Equal(t, 1.0, young.Seconds, "a ring just started covers at least 1 s")
+	clk.add(2 * time.Minute) // old enough for a whole minute
 
 	for i := range 100 { // 1..100 ms, two of them failing
 		r.Record(time.Duration(i+1)*time.Millisecond, i%50 == 0)
@@ -63,6 +66,12 @@ func TestRecentIntervals(t *testing.T) {
 	assert.Equal(t, 52.0, s.LastMinute.Seconds, "five whole intervals and 2 s of the running one")
 	assert.InDelta(t, 101.0/52, s.LastMinute.RatePerS, 0.001)
 	assert.InDelta(t, 100, *s.LastMinute.P99MS, 100*0.13, "the 100th of 101 calls")
+
+	r = NewRecent(10*time.Second, time.Minute, clk.now)
+	clk.add(5 * time.Second)
+	r.Record(time.Millisecond, false)
+	assert.Equal(t, 5.0, r.Snapshot().LastMinute.Seconds, "a bridge 5 s old: its minute is 5 s long")
+	assert.Equal(t, 0.2, r.Snapshot().LastMinute.RatePerS)
 }
 
 // TestRecentRotation: an interval that fell out of the window is gone,
