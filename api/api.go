@@ -21,6 +21,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/clip"
+	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/policy"
 )
 
@@ -33,6 +34,10 @@ type Options struct {
 	// Metrics, when set, is served on GET /metrics (authenticated, like
 	// /api).
 	Metrics http.Handler
+	// RecentStats, when set, is served on GET /api/stats/recent
+	// (authenticated, like /api): the last minutes of calls, interval by
+	// interval, for the console's plots.
+	RecentStats func() metrics.RecentSnapshot
 	// Ready lists the readiness checks GET /readyz reports (open, like
 	// /healthz); nil means always ready.
 	Ready func() []Check

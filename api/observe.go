@@ -75,6 +75,9 @@ func (s *Server) Close() {
 func (s *Server) registerObservability(r Routes) {
 	r.HandleOpen("GET /readyz", http.HandlerFunc(s.readyz))
 	r.Handle("GET /api/events", http.HandlerFunc(s.events))
+	if s.opts.RecentStats != nil {
+		r.Handle("GET /api/stats/recent", http.HandlerFunc(s.recentStats))
+	}
 	if s.opts.Metrics != nil {
 		r.Handle("GET /metrics", s.opts.Metrics)
 	}
@@ -106,10 +109,19 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, status, body)
 }
 
+// recentStats serves the last minutes of calls, interval by interval
+// (metrics.Recent): what the console plots when it opens.
+func (s *Server) recentStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.opts.RecentStats())
+}
+
 // BoardEvent is the data of an online, tools_changed or offline event: the
 // session snapshot as GET /api/devices shows it (offline events carry
-// close_reason and close_cause).
-type BoardEvent = DeviceSummary
+// close_reason and close_cause), and when the bridge published it.
+type BoardEvent struct {
+	DeviceSummary
+	At time.Time `json:"at,omitzero"`
+}
 
 // CallEvent is the data of a call event: how one tool call ended. It
 // carries no arguments and no results.
@@ -120,6 +132,8 @@ type CallEvent struct {
 	// Code is "ok" or the device code (device.Code) of the failure.
 	Code       string  `json:"code"`
 	DurationMS float64 `json:"duration_ms"`
+	// At is when the call ended.
+	At time.Time `json:"at,omitzero"`
 }
 
 // ResyncEvent is the data of a resync event: re-read GET /api/devices.
@@ -160,16 +174,36 @@ func parseEventID(id string) (epoch string, seq uint64, ok bool) {
 	return epoch, seq, err == nil
 }
 
+// historyParam is ?history=N: a fresh stream (no Last-Event-ID) that
+// starts with the newest N events the bridge still holds. 0 when absent.
+func historyParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("history")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("history must be a number of events, like history=200; got %q", v)
+	}
+	return n, nil
+}
+
+// HistoryHeader, on a stream opened with ?history=N, is the id of the last
+// event of the history it starts with: events up to it happened before the
+// stream opened, later ones are live.
+const HistoryHeader = "Devicebridge-History-Until"
+
 // subscribe opens the stream's subscription. With a last event id it also
 // returns the events to replay first, or a resync event (with its reason)
-// when the id cannot be resumed from.
-func (s *Server) subscribe(lastID string) (*device.Subscription, []device.Event, string) {
+// when the id cannot be resumed from; without one, the newest history
+// events held. seq is the last event published before the subscription.
+func (s *Server) subscribe(lastID string, history int) (sub *device.Subscription, replay []device.Event, reason string, seq uint64) {
 	opts := device.SubscribeOptions{Calls: true}
 	if lastID == "" {
-		return s.hub.SubscribeWith(opts), nil, ""
+		sub, hist := s.hub.SubscribeRecent(opts, history)
+		return sub, hist.Replay, "", hist.Seq
 	}
 	epoch, after, ok := parseEventID(lastID)
-	reason := ""
 	switch {
 	case !ok:
 		reason, after = ResyncMalformed, math.MaxUint64
@@ -178,9 +212,9 @@ func (s *Server) subscribe(lastID string) (*device.Subscription, []device.Event,
 	}
 	sub, hist := s.hub.SubscribeAfter(opts, after)
 	if !hist.Complete {
-		return sub, []device.Event{{Type: device.EventResync, Seq: hist.Seq}}, cmp.Or(reason, ResyncTooOld)
+		return sub, []device.Event{{Type: device.EventResync, Seq: hist.Seq}}, cmp.Or(reason, ResyncTooOld), hist.Seq
 	}
-	return sub, hist.Replay, ""
+	return sub, hist.Replay, "", hist.Seq
 }
 
 // events streams the Hub's events as Server-Sent Events until the client
@@ -188,7 +222,9 @@ func (s *Server) subscribe(lastID string) (*device.Subscription, []device.Event,
 // response headers are sent, so a client that reads GET /api/devices
 // after the stream opened misses nothing. A client that resumes
 // (Last-Event-ID) first gets the events it missed, from the Hub's history,
-// or a resync when they are not all there.
+// or a resync when they are not all there; a new one that asks for
+// ?history=N first gets the newest N events held (the console's recent
+// past).
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.streams.done:
@@ -196,9 +232,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
+	history, err := historyParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	rc := http.NewResponseController(w)
 	lastID := lastEventID(r)
-	sub, replay, reason := s.subscribe(lastID)
+	sub, replay, reason, seq := s.subscribe(lastID, history)
 	defer sub.Close()
 	log := s.log.With(zap.String("remote", r.RemoteAddr))
 	log.Debug("event stream opened", clip.Field("last_event_id", lastID), zap.Int("replay", len(replay)),
@@ -207,6 +248,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	epoch := s.hub.Epoch()
 
 	h := w.Header()
+	if lastID == "" && history > 0 {
+		h.Set(HistoryHeader, fmt.Sprintf("%s-%d", epoch, seq))
+	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
@@ -278,11 +322,11 @@ func writeEvent(buf *bytes.Buffer, epoch string, ev device.Event, reason string,
 			code = "ok"
 		}
 		data = CallEvent{DeviceID: ev.DeviceID, Transport: ev.Call.Transport, Tool: ev.Call.Tool, Code: code,
-			DurationMS: float64(ev.Call.Duration.Microseconds()) / 1000}
+			DurationMS: float64(ev.Call.Duration.Microseconds()) / 1000, At: ev.At.UTC()}
 	case device.EventResync:
 		data = ResyncEvent{Reason: reason} // re-read GET /api/devices
 	default:
-		b := BoardEvent{Info: ev.Info, ToolCount: len(ev.Info.Tools)}
+		b := BoardEvent{DeviceSummary: DeviceSummary{Info: ev.Info, ToolCount: len(ev.Info.Tools)}, At: ev.At.UTC()}
 		if alias != nil {
 			b.Alias = alias(ev.Info.DeviceID)
 		}

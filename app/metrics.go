@@ -104,7 +104,8 @@ func (a *App) mqttStats() (metrics.MQTTStats, bool) {
 
 // apiOptions configures the control API, /metrics and /readyz included.
 func (a *App) apiOptions() api.Options {
-	o := api.Options{Metrics: a.Metrics.Handler(), Ready: a.readiness, Access: a.apiAccess(), MaxBodyBytes: a.cfg.Control.MaxBodyBytes}
+	o := api.Options{Metrics: a.Metrics.Handler(), Ready: a.readiness, Access: a.apiAccess(), MaxBodyBytes: a.cfg.Control.MaxBodyBytes,
+		RecentStats: a.Metrics.Recent().Snapshot}
 	a.addConsole(&o) // aliases, interactions, the web console (console.go)
 	return o
 }

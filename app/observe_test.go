@@ -402,9 +402,12 @@ func TestEventStream(t *testing.T) {
 	assert.Equal(t, "call", ev.Event)
 	assert.Equal(t, 2, ev.Seq)
 	assert.Equal(t, map[string]any{"device_id": "aa:00:00:00:0b:03", "transport": "websocket",
-		"tool": "self.audio_speaker.set_volume", "code": "ok", "duration_ms": ev.Data["duration_ms"]}, ev.Data,
+		"tool": "self.audio_speaker.set_volume", "code": "ok", "duration_ms": ev.Data["duration_ms"], "at": ev.Data["at"]}, ev.Data,
 		"no arguments, no results")
 	assert.Positive(t, ev.Data["duration_ms"])
+	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(ev.Data["at"]))
+	require.NoError(t, err, "a call event says when it ended")
+	assert.WithinDuration(t, time.Now(), at, time.Minute)
 	ev = nextSSE(t, events)
 	assert.Equal(t, "call", ev.Event)
 	assert.Equal(t, 3, ev.Seq)

@@ -2,7 +2,8 @@
 // JavaScript embedded in the binary and served on the control listener at
 // "/" (assets under /console/). It needs nothing from the internet. The
 // files hold no fleet data: everything the page shows it reads from the
-// control API (/api/devices, /api/events, /api/interactions, /metrics) with
+// control API (/api/devices, /api/events, /api/stats/recent,
+// /api/interactions, /api/ota/devices) with
 // the bearer token the user typed, so the console is exactly as protected
 // as the API.
 package console

@@ -47,6 +47,30 @@ func (h *Hub) SubscribeAfter(opts SubscribeOptions, after uint64) (*Subscription
 	return sub, hist
 }
 
+// SubscribeRecent is SubscribeWith with the newest n events the Hub still
+// holds (fewer when it holds fewer; those a subscription with opts would
+// not receive are skipped) as History.Replay, oldest first: a new
+// subscriber sees the recent past, then every later event, with no gap and
+// no overlap. Complete is true; with no history kept, Replay is empty.
+func (h *Hub) SubscribeRecent(opts SubscribeOptions, n int) (*Subscription, History) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sub := h.subscribeLocked(opts)
+	hist := History{Seq: h.seq, Complete: true}
+	if n <= 0 {
+		return sub, hist
+	}
+	h.history.each(func(ev Event) {
+		if opts.Calls || ev.Type != EventCall {
+			hist.Replay = append(hist.Replay, ev)
+		}
+	})
+	if len(hist.Replay) > n {
+		hist.Replay = hist.Replay[len(hist.Replay)-n:]
+	}
+	return sub, hist
+}
+
 // eventRing holds the last cap(buf) events; a zero capacity holds none.
 type eventRing struct {
 	buf  []Event

@@ -97,3 +97,44 @@ func TestResyncCarriesSeq(t *testing.T) {
 	assert.Equal(t, uint64(3), got[0].Seq)
 	assert.Equal(t, uint64(4), got[len(got)-1].Seq)
 }
+
+// TestSubscribeRecent: a new subscriber gets the newest n events held,
+// oldest first and stamped with when they were published, then the live
+// ones with no overlap; n past what is held gives all of it.
+func TestSubscribeRecent(t *testing.T) {
+	h := NewHub(HubConfig{EventHistory: 4}, nil)
+	defer h.Close(context.Background())
+	_, err := h.CallTool(context.Background(), "aa:bb:cc:dd:ee:ff", "self.x", nil)
+	require.Error(t, err)
+	for _, id := range []string{"a", "b", "c"} {
+		h.PublishRemote(remoteEvent(id))
+	}
+
+	sub, hist := h.SubscribeRecent(SubscribeOptions{Calls: true}, 2)
+	defer sub.Close()
+	assert.True(t, hist.Complete)
+	assert.Equal(t, uint64(4), hist.Seq)
+	assert.Equal(t, []uint64{3, 4}, seqs(hist.Replay))
+	assert.False(t, hist.Replay[0].At.IsZero(), "events carry the time they were published")
+	h.PublishRemote(remoteEvent("d"))
+	<-sub.C()
+	assert.Equal(t, []uint64{5}, seqs(sub.Next()))
+
+	s, hist := h.SubscribeRecent(SubscribeOptions{Calls: true}, 100)
+	s.Close()
+	assert.Equal(t, []uint64{2, 3, 4, 5}, seqs(hist.Replay), "the ring's bound, not n")
+	s, hist = h.SubscribeRecent(SubscribeOptions{}, 100)
+	s.Close()
+	assert.Equal(t, []uint64{2, 3, 4, 5}, seqs(hist.Replay))
+	s, hist = h.SubscribeRecent(SubscribeOptions{}, 0)
+	s.Close()
+	assert.Empty(t, hist.Replay)
+
+	calls := NewHub(HubConfig{EventHistory: 4}, nil)
+	defer calls.Close(context.Background())
+	_, _ = calls.CallTool(context.Background(), "aa:bb:cc:dd:ee:ff", "self.x", nil)
+	calls.PublishRemote(remoteEvent("a"))
+	s, hist = calls.SubscribeRecent(SubscribeOptions{}, 10)
+	s.Close()
+	assert.Equal(t, []uint64{2}, seqs(hist.Replay), "calls only to subscriptions that ask for them")
+}

@@ -492,6 +492,7 @@ func (h *Hub) publishIfCurrent(s *Session, t EventType) {
 func (h *Hub) publishLocked(ev Event) {
 	h.seq++
 	ev.Seq = h.seq
+	ev.At = time.Now()
 	h.history.add(ev)
 	for sub := range h.subs {
 		if ev.Type == EventCall && !sub.calls {

@@ -101,9 +101,11 @@ func (t EventType) String() string {
 // Event is one change in the Hub. Info is the session snapshot at the time
 // (zero for EventResync and EventCall); Call is set for EventCall only.
 // Seq numbers the Hub's events from 1, in the order it publishes them; an
-// EventResync carries the Seq of the last event it stands for.
+// EventResync carries the Seq of the last event it stands for. At is when
+// this Hub published it.
 type Event struct {
 	Seq      uint64
+	At       time.Time
 	Type     EventType
 	DeviceID string
 	Info     Info

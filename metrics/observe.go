@@ -66,6 +66,7 @@ type Metrics struct {
 	mcpRequests  *prometheus.CounterVec
 	cluster      clusterMetrics
 	logs         *logMetrics
+	recent       *Recent
 
 	mu      sync.Mutex
 	watched map[string]bool // Watch* calls made, each allowed once
@@ -84,6 +85,7 @@ func New(opts Options) *Metrics {
 		watched:    map[string]bool{},
 		cluster:    newClusterMetrics(),
 		logs:       newLogMetrics(),
+		recent:     NewRecent(0, 0, nil),
 		connects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "board_connects_total",
 			Help: "Boards that attached to the Hub (handshake done), by transport.",
@@ -166,7 +168,12 @@ func (m *Metrics) CallDone(transport string, code device.Code, took time.Duratio
 	}
 	m.calls.WithLabelValues(t, outcome).Inc()
 	m.callDuration.WithLabelValues(t).Observe(took.Seconds())
+	m.recent.Record(took, code != "")
 }
+
+// Recent is the ring of the last minutes of calls (recent.go), fed by
+// CallDone.
+func (m *Metrics) Recent() *Recent { return m.recent }
 
 // MCPRequestDone records one request or notification the upstream MCP
 // server handled (it implements tools.Observer). The go-sdk only hands

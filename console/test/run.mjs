@@ -1,16 +1,25 @@
 // Browser test of the web console, run by .ci/run: builds the bridge and the
 // simulator, starts `bridge --simulate 3` on free loopback ports, and drives
-// the console in Debian's chromium through playwright-core:
+// the console in Debian's chromium through playwright-core, at 1400 px and
+// 420 px wide (no sideways scrolling of the page at 420):
+//   - a page opened after some calls shows them: the event log's history,
+//     the header's last minute and the plots of the last 15 minutes;
 //   - the fleet lists the three boards, then a fourth that connects, and
 //     shows it closed when it leaves, without a reload;
 //   - setting a volume through the generated form changes the board
 //     (checked through the control API);
 //   - a call with a missing argument completes through the prompts, after a
 //     refused answer;
-//   - a tool that needs confirmation and is declined sends nothing;
+//   - a tool that needs confirmation asks in plain words (never "{}" or
+//     "true/false"), and Cancel sends nothing;
+//   - a default that is really help text (upgrade_firmware's url) is a
+//     hint, not a value;
 //   - a board whose arguments are named addEventListener, __proto__ and
 //     other members of forms and objects (clobber.yaml) keeps its tools on
 //     the page, and every argument reaches it, through a prompt too;
+//   - with a control token and --ota-approval, the console says to log in
+//     (not "no boards match"), then lists the board waiting for approval
+//     with its code, and one click on Approve brings it into the fleet;
 //   - in a fleet of two bridges on one NATS (nats-server on PATH, or
 //     $NATS_SERVER, run from configs/nats-fleet.conf: credentials
 //     required), node b lists node a's boards and names their node.
@@ -28,6 +37,8 @@ import net from 'node:net';
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const out = mkdtempSync(join(tmpdir(), 'devicebridge-console-'));
 const T = 15000; // every wait is bounded
+const WIDE = { width: 1400, height: 900 };
+const NARROW = { width: 420, height: 900 };
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -69,6 +80,18 @@ function check(cond, msg) {
   console.log('ok   ' + msg);
 }
 
+// narrow takes the page to 420 px: the page itself must not scroll
+// sideways (a wide table scrolls in its wrapper), then a screenshot, then
+// back to 1400 px.
+async function narrow(page, name, what) {
+  await page.setViewportSize(NARROW);
+  await page.waitForFunction((w) => window.innerWidth === w, NARROW.width, { timeout: T });
+  const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  check(sw <= iw, `at ${iw} px ${what} fits: scrollWidth ${sw}`);
+  await page.screenshot({ path: join(out, name + '-420.png'), fullPage: true });
+  await page.setViewportSize(WIDE);
+}
+
 const procs = [];
 let browser;
 let failed = false;
@@ -84,12 +107,15 @@ try {
   const getJSON = async (path) => (await fetch(base + path)).json();
   const postJSON = async (path, body) => (await fetch(base + path, { method: 'POST', body: JSON.stringify(body) })).json();
   await until('three ready boards', async () => (await getJSON('/api/devices')).devices.filter((d) => d.state === 'ready').length === 3);
+  // Calls before the page opens: it must show them anyway.
+  for (let i = 0; i < 3; i++) await postJSON('/api/devices/02:00:00:00:00:02/call', { name: 'self.get_device_status' });
+  await postJSON('/api/devices/02:00:00:00:00:02/call', { name: 'self.no_such_tool' });
 
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
   });
-  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const page = await browser.newPage({ viewport: WIDE });
   const pageErrors = [];
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
@@ -102,7 +128,22 @@ try {
   check(ids.join(',') === '02:00:00:00:00:01,02:00:00:00:00:02,02:00:00:00:00:03', 'the fleet lists the three simulated boards: ' + ids.join(', '));
   check((await page.textContent('#counts [data-state="ready"] b')) === '3', 'the ready count is 3');
   check(await page.isHidden('#node-col'), 'a bridge alone shows no node column');
+
+  // The recent past: history in the log, the last minute in the header,
+  // the last 15 minutes in the plots, all from before the page opened.
+  await page.waitForSelector('#events li.past[data-type="call"]', { timeout: T });
+  const past = await page.$$eval('#events li.past', (li) => li.map((x) => x.textContent));
+  check(past.filter((t) => t.includes('02:00:00:00:00:02 self.get_device_status → ok')).length === 3 &&
+    past.some((t) => t.includes('self.no_such_tool → unknown_tool')), 'the event log opens with the calls made before the page: ' + past.length + ' past events');
+  check(past.some((t) => t.includes('online 02:00:00:00:00:01')), 'and the boards coming online');
+  await page.waitForFunction(() => Number(document.getElementById('m-rate').textContent) > 0 &&
+    document.querySelector('.plot[data-plot="rate"]').dataset.calls === '4', null, { timeout: T });
+  check((await page.textContent('#m-errors')) === '1' && (await page.textContent('#m-p50')) !== '–',
+    'the header shows the last minute of calls, from the bridge: rate ' + (await page.textContent('#m-rate')) + '/s, 1 error, p50 ' + (await page.textContent('#m-p50')));
+  check((await page.$$('.plot[data-plot="rate"] rect.bar.ok')).length >= 1 && (await page.$$('.plot[data-plot="errors"] rect.bar.bad')).length >= 1 &&
+    (await page.$$('.plot[data-plot="latency"] svg .p99')).length >= 1, 'the plots show the calls, the error and the latency of the last minutes');
   await page.screenshot({ path: join(out, 'fleet.png'), fullPage: true });
+  await narrow(page, 'fleet', 'the fleet');
 
   // A board connects, then leaves: the page follows without a reload.
   const sim = start(join(out, 'simulator'), ['--url', `ws://127.0.0.1:${dp}/xiaozhi/v1/`, '--mac-prefix', '02:00:09',
@@ -140,6 +181,17 @@ try {
   };
   check((await status()) === 35, 'the form set the volume: the board reports 35');
   await page.screenshot({ path: join(out, 'board.png'), fullPage: true });
+  await narrow(page, 'board', 'a board page');
+
+  // A default that is really help text is a hint, not a value.
+  const url = '.tool[data-tool="self.upgrade_firmware"] form[data-tool] input[data-arg="url"]';
+  check((await page.inputValue(url)) === '' && (await page.getAttribute(url, 'placeholder')).startsWith('The URL of the firmware') &&
+    (await page.getAttribute(url, 'data-prose-default')) !== null, "upgrade_firmware's url is empty, its prose default only a hint");
+  const upgrade = '.tool[data-tool="self.upgrade_firmware"]';
+  await page.click(`${upgrade} form[data-tool] button[type="submit"]`);
+  await page.waitForSelector(`${upgrade} .result .err`, { timeout: T });
+  check((await page.textContent(`${upgrade} .result .err`)).includes('help text') && !(await page.$(`${upgrade} form.prompt`)),
+    'Run with it empty asks for a URL and starts nothing (the board would take the help text as one)');
 
   // A call missing its argument completes through the prompts.
   await page.fill(`${vol} input[data-arg="volume"]`, '');
@@ -156,13 +208,23 @@ try {
   await page.waitForSelector(`${vol} .result [data-state="completed"]`, { timeout: T });
   check((await status()) === 40, 'the interaction completed: the board reports 40');
 
-  // A dangerous tool asks for confirmation; declining sends nothing.
+  // A dangerous tool asks for confirmation, in words for a person;
+  // Cancel sends nothing.
   const reboot = '.tool[data-tool="self.reboot"]';
   await page.click(`${reboot} button[type="submit"]`);
-  await page.waitForSelector(`${reboot} form.prompt button[data-answer="no"]`, { timeout: T });
-  await page.click(`${reboot} form.prompt button[data-answer="no"]`);
+  await page.waitForSelector(`${reboot} form.prompt.confirm button[data-answer="cancel"]`, { timeout: T });
+  const who = detail.alias || detail.device_id;
+  const question = await page.textContent(`${reboot} form.prompt .question`);
+  check(question === `Run self.reboot on ${who}?`, 'the confirmation asks: ' + question);
+  const confirmText = await page.textContent(`${reboot} form.prompt`);
+  check(!/\{\}|\btrue\b|\bfalse\b/.test(confirmText), 'and never says "{}", "true" or "false": ' + confirmText);
+  check((await page.$$eval(`${reboot} form.prompt button`, (bs) => bs.map((b) => b.textContent))).join('/') === 'Yes, run it/Cancel',
+    'its buttons are Yes and Cancel');
+  await page.screenshot({ path: join(out, 'board-confirm.png') });
+  await narrow(page, 'board-confirm', 'a confirmation');
+  await page.click(`${reboot} form.prompt button[data-answer="cancel"]`);
   await page.waitForSelector(`${reboot} .result [data-state="cancelled"]`, { timeout: T });
-  check((await getJSON('/api/devices/02:00:00:00:00:01')).state === 'ready', 'declining the reboot left the board alone');
+  check((await getJSON('/api/devices/02:00:00:00:00:01')).state === 'ready', 'cancelling the reboot left the board alone');
 
   // Images in a result are shown as images (no simulated tool returns one,
   // so the bridge's answer is stood in for here).
@@ -215,23 +277,48 @@ try {
   check(pageErrors.length === 0, 'no script errors in the page' + (pageErrors.length ? ': ' + pageErrors.join('; ') : ''));
 
   // With control tokens the console asks for one, then shows the fleet.
+  // In approval mode the simulated board boots through OTA and waits for
+  // an operator, with a code on its screen.
   const [cp2, dp2] = [await freePort(), await freePort()];
-  procs.push(start(join(out, 'bridge'), ['--simulate', '1', '--control-token', 's3cret', '--control-listen', `127.0.0.1:${cp2}`,
-    '--device-listen', `127.0.0.1:${dp2}`, '--mqtt-listen', '', '--log-level', 'warn'], 'bridge with a token'));
-  await until('the second bridge', async () => (await fetch(`http://127.0.0.1:${cp2}/healthz`)).ok);
-  const page2 = await browser.newPage({ viewport: { width: 1280, height: 500 } });
-  await page2.goto(`http://127.0.0.1:${cp2}/`);
+  const base2 = `http://127.0.0.1:${cp2}`;
+  procs.push(start(join(out, 'bridge'), ['--simulate', '1', '--control-token', 's3cret', '--ota-approval', '--data-dir', join(out, 'data'),
+    '--control-listen', `127.0.0.1:${cp2}`, '--device-listen', `127.0.0.1:${dp2}`, '--mqtt-listen', '', '--log-level', 'warn'], 'bridge with a token'));
+  const otaList = async () => (await fetch(base2 + '/api/ota/devices', { headers: { Authorization: 'Bearer s3cret' } })).json();
+  const waiting = await until('a board waiting for approval', async () => (await otaList()).devices.find((d) => d.pending && d.code));
+  const page2 = await browser.newPage({ viewport: WIDE });
+  page2.on('pageerror', (e) => pageErrors.push(String(e)));
+  page2.on('console', (m) => { if (m.type() === 'error' && !m.text().includes('401')) pageErrors.push(m.text()); });
+  await page2.goto(base2 + '/');
   await page2.waitForSelector('#login:not([hidden])', { timeout: T });
-  check((await page2.$$('#fleet tbody tr')).length === 0, 'without a token the console shows no board and asks for one');
+  await page2.waitForSelector('#empty:not([hidden])', { timeout: T });
+  check((await page2.$$('#fleet tbody tr')).length === 0 && (await page2.textContent('#empty')) === 'Log in with a token to see the boards.',
+    'without a token the console shows no board and says to log in: ' + (await page2.textContent('#empty')));
+  check(await page2.isHidden('#approvals') && await page2.isHidden('#activity') && await page2.isHidden('#events'),
+    'nor approvals, plots or events');
   await page2.screenshot({ path: join(out, 'token.png'), fullPage: true });
+  await narrow(page2, 'token', 'the login');
   await page2.fill('#token', 'wrong');
   await page2.click('#login button');
   await page2.waitForFunction(() => document.getElementById('login-error').textContent.includes('refused'), null, { timeout: T });
   await page2.fill('#token', 's3cret');
   await page2.click('#login button');
   await page2.waitForSelector('#live.on', { timeout: T });
-  await page2.waitForSelector('#fleet tr[data-id="02:00:00:00:00:01"].ready', { timeout: T });
-  check(await page2.isHidden('#login'), 'with the token the fleet shows, live');
+  check(await page2.isHidden('#login'), 'with the token the console goes live');
+
+  // The board waiting for approval, with its code; one click approves it.
+  const row = `#ota tr[data-id="${waiting.device_id}"]`;
+  await page2.waitForSelector(row, { timeout: T });
+  check((await page2.textContent(`${row} td.code`)) === waiting.code, `the board waiting for approval is listed with its code ${waiting.code}`);
+  await page2.screenshot({ path: join(out, 'approvals.png'), fullPage: true });
+  await narrow(page2, 'approvals', 'the approvals');
+  await page2.click(`${row} button[data-approve]`);
+  await page2.waitForSelector('#ota-empty:not([hidden])', { timeout: T });
+  check((await page2.textContent('#ota-result')).includes('Approved ' + waiting.device_id), 'Approve approves it: ' + (await page2.textContent('#ota-result')));
+  await page2.waitForSelector(`#fleet tr[data-id="${waiting.device_id}"].ready`, { timeout: 2 * T });
+  check((await otaList()).devices.find((d) => d.device_id === waiting.device_id).admission === 'approved',
+    'and the board connects and shows ready in the fleet');
+  await page2.screenshot({ path: join(out, 'approved.png'), fullPage: true });
+  check(pageErrors.length === 0, 'no script errors in the page with a token' + (pageErrors.length ? ': ' + pageErrors.join('; ') : ''));
 
   // A fleet of two bridges on one NATS (docs/scaling.md): node b's console
   // lists node a's boards too, and names the node that holds each. NATS
@@ -252,7 +339,7 @@ try {
   procs.push(node('b', cb, db, []));
   procs.push(start(join(out, 'simulator'), ['--url', `ws://127.0.0.1:${db}/xiaozhi/v1/`, '--mac-prefix', '02:00:0b',
     '--count', '1', '--log-level', 'warn'], 'simulator on node b'));
-  const page3 = await browser.newPage({ viewport: { width: 1280, height: 500 } });
+  const page3 = await browser.newPage({ viewport: WIDE });
   await until('node b', async () => (await fetch(`http://127.0.0.1:${cb}/healthz`)).ok);
   await page3.goto(`http://127.0.0.1:${cb}/`);
   await page3.waitForFunction(() => document.querySelectorAll('#fleet tbody tr.ready').length === 3, null, { timeout: T });

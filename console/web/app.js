@@ -1,7 +1,9 @@
 // devicebridge web console. Plain JavaScript, no library: the fleet from
 // /api/devices kept live by /api/events, a board page whose forms come from
 // each tool's input schema, guided calls through /api/interactions, an event
-// log and call metrics computed from the same event stream.
+// log that opens with the bridge's recent history (/api/events?history=N),
+// plots of the last 15 minutes of calls (/api/stats/recent) and the OTA
+// boards waiting for approval (/api/ota/devices).
 //
 // Everything a board sends (names, descriptions, results) is untrusted and
 // is only ever put into the page as text (textContent), never as HTML. Nor
@@ -17,10 +19,14 @@
 const state = {
   boards: new Map(), // device_id -> board (summary, plus closed ones we saw leave)
   token: sessionStorage.getItem('devicebridge-token') || '',
-  calls: [],         // {t, ms, ok} of the last minute, from call events
-  since: Date.now(),
+  locked: false,     // the bridge wants a token we do not have (yet)
+  loaded: false,     // the board list was read at least once
   detail: null,      // the board shown on the board page
+  ota: true,         // false once the bridge says it serves no OTA approvals
 };
+
+// HISTORY is how many past events a new page asks for.
+const HISTORY = 200;
 
 const $ = (id) => document.getElementById(id);
 
@@ -72,6 +78,7 @@ async function api(method, path, body) {
 }
 
 function needToken(msg) {
+  setLocked(true);
   $('login').hidden = false;
   $('login-error').textContent = msg || (state.token ? 'That token was refused.' : '');
   $('token').focus();
@@ -85,6 +92,16 @@ $('login').addEventListener('submit', (ev) => {
   restartEvents();
   route();
 });
+
+// setLocked shows the page as a bridge that wants a token: no fleet, no
+// plots, no events, and a fleet table that says why it is empty.
+function setLocked(on) {
+  if (state.locked === on) return;
+  state.locked = on;
+  document.body.classList.toggle('locked', on);
+  renderFleet();
+  if (!on) refreshSide();
+}
 
 // --- the event stream -------------------------------------------------------
 // EventSource cannot send a bearer token, so the stream is read with fetch.
@@ -105,10 +122,15 @@ async function streamEvents(signal) {
       const headers = { Accept: 'text/event-stream' };
       if (state.token) headers.Authorization = 'Bearer ' + state.token;
       if (lastId) headers['Last-Event-ID'] = lastId;
-      const resp = await fetch('/api/events', { headers, signal });
+      // A fresh stream opens with the recent past: events up to the
+      // header's id happened before it opened, and only go to the log.
+      const resp = await fetch(lastId ? '/api/events' : '/api/events?history=' + HISTORY, { headers, signal });
       if (resp.status === 401) { setLive(false, 'token needed'); needToken(); return; }
       if (!resp.ok || !resp.body) throw new Error('HTTP ' + resp.status);
+      const until = lastId ? 0 : seqOf(resp.headers.get('Devicebridge-History-Until'));
+      if (!lastId) $('events').replaceChildren();
       setLive(true);
+      setLocked(false);
       delay = 500;
       await loadFleet(); // after the stream opened: nothing is missed
       const reader = resp.body.getReader();
@@ -128,7 +150,9 @@ async function streamEvents(signal) {
             else if (line.startsWith('event: ')) type = line.slice(7);
             else if (line.startsWith('data: ')) data += line.slice(6);
           }
-          if (data) onEvent(type, JSON.parse(data));
+          if (!data) continue;
+          if (seqOf(lastId) <= until) onHistory(type, JSON.parse(data));
+          else onEvent(type, JSON.parse(data));
         }
       }
     } catch (err) {
@@ -138,6 +162,12 @@ async function streamEvents(signal) {
     await new Promise((r) => setTimeout(r, delay));
     delay = Math.min(delay * 2, 10000);
   }
+}
+
+// seqOf is the number at the end of an event id ("<epoch>-<seq>").
+function seqOf(id) {
+  const m = /-(\d+)$/.exec(id || '');
+  return m ? Number(m[1]) : 0;
 }
 
 function setLive(on, text) {
@@ -151,15 +181,15 @@ function onEvent(type, data) {
     case 'online':
     case 'tools_changed':
       state.boards.set(data.device_id, data);
-      logEvent(type, data.device_id + (data.tool_count ? ' (' + data.tool_count + ' tools)' : '') + ' ' + data.state);
+      logEvent(type, boardText(type, data), false, data.at);
       break;
     case 'offline':
       state.boards.set(data.device_id, Object.assign({}, data, { state: 'closed' }));
-      logEvent(type, data.device_id + ': ' + (data.close_reason || 'gone'), true);
+      logEvent(type, boardText(type, data), true, data.at);
       break;
     case 'call':
-      state.calls.push({ t: Date.now(), ms: data.duration_ms, ok: data.code === 'ok' });
-      logEvent(type, data.device_id + ' ' + data.tool + ' → ' + data.code + ' in ' + fmtMS(data.duration_ms), data.code !== 'ok');
+      logEvent(type, callText(data), data.code !== 'ok', data.at);
+      soonStats();
       break;
     case 'resync':
       loadFleet();
@@ -171,30 +201,128 @@ function onEvent(type, data) {
   if (state.detail && state.detail.device_id === data.device_id && type !== 'call') refreshBoard(type);
 }
 
-function logEvent(type, text, bad) {
-  const list = $('events');
-  list.prepend(el('li', { class: bad ? 'bad' : '' },
-    el('span', { class: 't', text: new Date().toLocaleTimeString() }), type + ' ' + text));
-  while (list.children.length > 200) list.lastChild.remove();
+// onHistory logs an event from before the page opened. The fleet comes
+// from GET /api/devices, so past events change no board.
+function onHistory(type, data) {
+  switch (type) {
+    case 'online':
+    case 'tools_changed':
+    case 'offline':
+      logEvent(type, boardText(type, data), type === 'offline', data.at, true);
+      break;
+    case 'call':
+      logEvent(type, callText(data), data.code !== 'ok', data.at, true);
+      break;
+  }
 }
 
-// --- metrics: the last minute of call events --------------------------------
+function boardText(type, data) {
+  const name = data.device_id + (data.alias ? ' (' + data.alias + ')' : '');
+  if (type === 'offline') return name + ': ' + (data.close_reason || 'gone');
+  return name + (data.tool_count ? ', ' + data.tool_count + ' tools,' : '') + ' ' + data.state;
+}
 
-function renderMetrics() {
-  const now = Date.now();
-  state.calls = state.calls.filter((c) => now - c.t < 60000);
-  const window = Math.max(1, Math.min(60, (now - state.since) / 1000));
-  $('m-rate').textContent = (state.calls.length / window).toFixed(state.calls.length ? 2 : 0);
-  $('m-errors').textContent = String(state.calls.filter((c) => !c.ok).length);
-  const ms = state.calls.map((c) => c.ms).sort((a, b) => a - b);
-  const q = (p) => ms.length ? fmtMS(ms[Math.min(ms.length - 1, Math.ceil(p * ms.length) - 1)]) : '–';
-  $('m-p50').textContent = q(0.5);
-  $('m-p99').textContent = q(0.99);
+function callText(data) {
+  return data.device_id + ' ' + data.tool + ' → ' + data.code + ' in ' + fmtMS(data.duration_ms);
+}
+
+// logEvent adds a line on top of the log; at is when it happened (the
+// event's time, else now); past marks an event from before the page.
+function logEvent(type, text, bad, at, past) {
+  const list = $('events');
+  const t = at ? new Date(at) : new Date();
+  list.prepend(el('li', { class: (bad ? 'bad' : '') + (past ? ' past' : ''), 'data-type': type },
+    el('span', { class: 't', text: t.toLocaleTimeString(), title: t.toLocaleString() }), type + ' ' + text));
+  while (list.children.length > HISTORY + 100) list.lastChild.remove();
+}
+
+// --- the recent past: calls over the last 15 minutes -------------------------
+// The bridge keeps them (GET /api/stats/recent), so a page opened now shows
+// the minutes before it too. Read every few seconds, and soon after a call.
+
+let statsTimer = 0;
+
+function soonStats() {
+  if (!statsTimer) statsTimer = setTimeout(() => { statsTimer = 0; loadStats(); }, 300);
+}
+
+async function loadStats() {
+  if (state.locked) return;
+  let st;
+  try {
+    st = await api('GET', '/api/stats/recent');
+  } catch (err) {
+    return; // 401 asks for a token; anything else: the next round retries
+  }
+  const m = st.last_minute || {};
+  $('m-rate').textContent = m.calls ? m.rate_per_s.toFixed(2) : '0';
+  $('m-errors').textContent = String(m.errors || 0);
+  $('m-p50').textContent = m.p50_ms === undefined ? '–' : fmtMS(m.p50_ms);
+  $('m-p99').textContent = m.p99_ms === undefined ? '–' : fmtMS(m.p99_ms);
+  renderPlots(st);
 }
 
 function fmtMS(ms) {
   if (ms >= 1000) return (ms / 1000).toFixed(2) + ' s';
+  if (ms < 0.1) return '< 0.1 ms';
   return (ms >= 10 ? ms.toFixed(0) : ms.toFixed(1)) + ' ms';
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+// renderPlots draws three small plots, one bar or point per interval:
+// calls per second (failed ones in red), the share of calls that failed,
+// and p50/p99 latency. Scales start at zero; the caption gives the top.
+function renderPlots(st) {
+  const ivs = Array.isArray(st.intervals) ? st.intervals : [];
+  const n = Math.max(ivs.length, 1), W = 300, H = 60, bw = W / n;
+  const secs = st.interval_s || 10;
+  const minutes = Math.round((st.window_s || n * secs) / 60);
+  document.querySelectorAll('.plot [data-from]').forEach((s) => { s.textContent = '−' + minutes + ' min'; });
+  const total = ivs.reduce((a, iv) => a + (iv.calls || 0), 0);
+
+  const plot = (name, children, scale) => {
+    const fig = document.querySelector('.plot[data-plot="' + name + '"]');
+    const svg = fig.querySelector('svg');
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.replaceChildren(svgEl('line', { x1: 0, y1: H - 0.5, x2: W, y2: H - 0.5, class: 'base' }), ...children);
+    fig.querySelector('.scale').textContent = total ? scale : 'no calls in ' + minutes + ' min';
+    fig.dataset.calls = String(total);
+  };
+  const bars = (values, cls, top) => values.flatMap((v, i) => v > 0 ? [svgEl('rect', {
+    class: 'bar ' + cls, x: i * bw + 0.5, width: Math.max(bw - 1, 0.5), y: H - Math.max(1, v / top * (H - 4)), height: Math.max(1, v / top * (H - 4)),
+  })] : []);
+
+  const rate = ivs.map((iv) => (iv.calls || 0) / secs);
+  const topRate = Math.max(...rate, 0);
+  plot('rate', [...bars(rate, 'ok', topRate), ...bars(ivs.map((iv) => (iv.errors || 0) / secs), 'bad', topRate)],
+    'peak ' + topRate.toFixed(topRate < 1 ? 2 : 1) + '/s');
+
+  const share = ivs.map((iv) => iv.calls ? iv.errors / iv.calls : 0);
+  const failed = ivs.reduce((a, iv) => a + (iv.errors || 0), 0);
+  plot('errors', bars(share, 'bad', 1), failed + ' of ' + total + ', peak ' + Math.round(100 * Math.max(...share, 0)) + ' %');
+
+  const topMS = Math.max(...ivs.map((iv) => iv.p99_ms || 0), 0.001);
+  const line = (key, cls) => {
+    const pts = ivs.map((iv, i) => iv[key] === undefined ? null : [i * bw + bw / 2, H - 2 - iv[key] / topMS * (H - 6)]);
+    const out = [];
+    let run = [];
+    for (const p of [...pts, null]) {
+      if (p) { run.push(p); continue; }
+      if (run.length > 1) out.push(svgEl('polyline', { class: 'line ' + cls, points: run.map((q) => q.join(',')).join(' ') }));
+      if (run.length === 1) out.push(svgEl('rect', { class: 'dot ' + cls, x: run[0][0] - 1.5, y: run[0][1] - 1.5, width: 3, height: 3 }));
+      run = [];
+    }
+    return out;
+  };
+  plot('latency', [...line('p99_ms', 'p99'), ...line('p50_ms', 'p50')], 'top ' + fmtMS(topMS));
 }
 
 // --- the fleet ----------------------------------------------------------------
@@ -206,6 +334,7 @@ async function loadFleet() {
     const seen = new Set();
     for (const d of data.devices) { state.boards.set(d.device_id, d); seen.add(d.device_id); }
     for (const [id, b] of state.boards) if (!seen.has(id) && b.state !== 'closed') state.boards.set(id, Object.assign({}, b, { state: 'closed' }));
+    state.loaded = true;
     renderFleet();
   } catch (err) {
     if (err.status !== 401) logEvent('error', 'GET /api/devices: ' + err.message, true);
@@ -249,10 +378,57 @@ function renderFleet() {
     fleet ? el('td', { class: 'node', text: b.node || 'here' }) : null)));
   $('node-col').hidden = !fleet;
   $('empty').hidden = rows.length > 0;
+  // An empty table says why: a token to enter, no board yet, or the filter.
+  $('empty').textContent = state.locked ? 'Log in with a token to see the boards.'
+    : !state.loaded ? 'Loading the boards…' : all.length === 0 ? 'No boards connected yet.' : 'No boards match.';
 }
 
 $('filter').addEventListener('input', renderFleet);
 $('state-filter').addEventListener('change', renderFleet);
+
+// --- OTA approvals ----------------------------------------------------------------
+// With --ota-approval a board that boots shows a code on its screen and
+// waits; the operator approves it here by that code. The list shows while
+// approval mode is on or any board waits.
+
+async function loadApprovals() {
+  if (state.locked || !state.ota) return;
+  let data;
+  try {
+    data = await api('GET', '/api/ota/devices');
+  } catch (err) {
+    if (err.status === 404) state.ota = false; // no OTA endpoint on this bridge
+    return;
+  }
+  const pending = (data.devices || []).filter((d) => d.pending);
+  const approved = (data.devices || []).filter((d) => d.admission === 'approved').length;
+  $('approvals').hidden = !data.approval && pending.length === 0;
+  $('ota-summary').textContent = data.approval ? '(approval mode; ' + approved + ' approved)' : '';
+  $('ota-empty').hidden = pending.length > 0;
+  $('ota').hidden = pending.length === 0;
+  $('ota').tBodies[0].replaceChildren(...pending.map((d) => el('tr', { 'data-id': d.device_id, 'data-code': d.code },
+    el('td', { class: 'code', text: d.code || '–' }),
+    el('td', { class: 'mac', text: d.device_id }),
+    el('td', {}, el('button', { class: 'primary', type: 'button', 'data-approve': d.device_id, text: 'Approve',
+      onclick: (ev) => approve(d, ev.target) })),
+    el('td', { text: d.board || '' }),
+    el('td', { text: d.firmware || '' }),
+    el('td', { text: d.first_seen ? new Date(d.first_seen).toLocaleTimeString() : '' }))));
+}
+
+async function approve(d, button) {
+  button.disabled = true;
+  // By MAC: one click is no guess, so the limit on wrong codes never applies.
+  try {
+    await api('POST', '/api/ota/devices/' + encodeURIComponent(d.device_id) + '/approve');
+    $('ota-result').textContent = 'Approved ' + d.device_id + (d.code ? ' (code ' + d.code + ')' : '') +
+      ': it connects at its next check, within a few seconds.';
+  } catch (err) {
+    $('ota-result').textContent = 'Could not approve ' + d.device_id + ': ' + err.message;
+    button.disabled = false;
+  }
+  loadApprovals();
+}
 
 // --- a board --------------------------------------------------------------------
 
@@ -337,7 +513,10 @@ function toolCard(tool) {
 function fieldFor({ name, p, required }) {
   const type = Array.isArray(p.type) ? p.type.find((t) => t !== 'null') : p.type;
   const label = el('span', { text: name + (p.description ? ' — ' + str(p.description) : '') }, required ? el('b', { class: 'req', text: ' *' }) : null);
-  const has = p.default !== undefined;
+  // A default that is really help text (the firmware's upgrade_firmware
+  // url) is shown as a hint, never sent as a value.
+  const prose = proseDefault(name, p);
+  const has = p.default !== undefined && !prose;
   let input, read;
   if (type === 'boolean') {
     input = el('input', { type: 'checkbox', 'data-arg': name, checked: has && p.default === true });
@@ -358,17 +537,51 @@ function fieldFor({ name, p, required }) {
     };
   } else if (type === 'string') {
     input = el('input', { type: p.format === 'date' ? 'date' : 'text', 'data-arg': name, value: has ? p.default : undefined,
-      placeholder: p.pattern ? 'pattern ' + str(p.pattern) : '' });
-    read = () => input.value === '' ? { set: false } : { set: true, value: input.value };
+      placeholder: prose ? p.default : p.pattern ? 'pattern ' + str(p.pattern) : '', 'data-prose-default': prose });
+    // Left empty, the board would fall back on that text: ask for a value.
+    read = () => input.value !== '' ? { set: true, value: input.value }
+      : prose ? { error: 'Enter ' + name + ": the board's default for it is help text, not a value." } : { set: false };
   } else {
-    input = el('textarea', { 'data-arg': name, rows: 2, placeholder: 'JSON' });
+    input = el('textarea', { 'data-arg': name, rows: 2, placeholder: prose ? p.default : 'JSON', 'data-prose-default': prose });
     if (has) input.value = JSON.stringify(p.default);
     read = () => {
       if (input.value.trim() === '') return { set: false };
       try { return { set: true, value: JSON.parse(input.value) }; } catch (_) { return { error: name + ' must be JSON' }; }
     };
   }
-  return { name, node: el('label', { class: 'field' }, label, input), value: read };
+  const note = prose ? el('small', { class: 'note', text: "The board's default is help text, not a value: enter one." }) : null;
+  return { name, node: el('label', { class: 'field' }, label, input, note), value: read };
+}
+
+// proseDefault says whether a property's default is help text rather than
+// a value: a string of several words that its type or name rules out (a
+// URL, an address, a date, a number), that repeats its description, or
+// that reads like one ("The URL of the firmware binary file…").
+const VALUE_LIKE = /(^|_)(url|uri|link|href|endpoint|host|hostname|address|addr|ip|email|mac|ssid|path|file|id|token|key|date|time)$/i;
+const NO_SPACE_FORMATS = ['uri', 'url', 'uri-reference', 'iri', 'email', 'hostname', 'ipv4', 'ipv6', 'date', 'date-time', 'time', 'uuid'];
+
+function proseDefault(name, p) {
+  const d = p.default;
+  if (typeof d !== 'string') return false;
+  const words = d.trim().split(/\s+/).filter(Boolean);
+  if (words.length < 3) return false;
+  const type = Array.isArray(p.type) ? p.type.find((t) => t !== 'null') : p.type;
+  if (type && type !== 'string') return true; // words where a number, flag or object goes
+  if (NO_SPACE_FORMATS.includes(p.format) || VALUE_LIKE.test(name)) return true;
+  if (typeof p.pattern === 'string') {
+    try { if (!new RegExp(p.pattern, 'u').test(d)) return true; } catch (_) { /* not a pattern we can read */ }
+  }
+  if (typeof p.description === 'string' && resembles(d, p.description)) return true;
+  return words.length >= 5 && /^(the|a|an)\s+\S+\s+(of|for|to|that|which)\b/i.test(d);
+}
+
+// resembles: most of a's words are in b (or b's in a).
+function resembles(a, b) {
+  const w = (t) => t.toLowerCase().match(/[a-z0-9]+/g) || [];
+  const wa = w(a), wb = new Set(w(b));
+  if (!wa.length || !wb.size) return false;
+  const shared = wa.filter((x) => wb.has(x)).length;
+  return shared / Math.min(wa.length, wb.size) >= 0.7;
 }
 
 function rangeText(p) {
@@ -393,17 +606,30 @@ async function runInteraction(name, args, out) {
     showError(out, err);
     return;
   }
-  await followSteps(step, out);
+  await followSteps(step, out, { tool: name, board: boardName(state.detail), args: Object.assign(Object.create(null), args) });
 }
 
-async function followSteps(step, out) {
+// boardName is how a person knows a board: its alias, else its MAC.
+function boardName(d) { return (d && (d.alias || d.device_id)) || ''; }
+
+// followSteps answers prompts until the interaction ends. call is what it
+// will run: the tool, the board and the arguments so far (for the
+// confirmation's wording).
+async function followSteps(step, out, call) {
   for (;;) {
     const prompt = step.initialPrompt || step.nextPrompt;
     if (!prompt) { showOutcome(step, out); return; }
-    const answer = await ask(step, prompt, out);
+    const answer = await ask(step, prompt, out, call);
+    if (answer.declined) {
+      // The bridge records the "no"; nothing reaches the board.
+      try { step = await api('POST', '/api/interactions/' + encodeURIComponent(step.sessionId), { value: false }); } catch (_) { step = { state: 'cancelled' }; }
+      out.replaceChildren(el('p', { class: 'muted', 'data-state': step.state || 'cancelled', text: 'Cancelled: nothing was sent to the board.' }));
+      return;
+    }
+    if (!answer.cancel && prompt.property) call.args[prompt.property] = answer.value;
     if (answer.cancel) {
       try { await api('DELETE', '/api/interactions/' + encodeURIComponent(step.sessionId) + '?reason=user'); } catch (_) { /* already over */ }
-      out.replaceChildren(el('p', { class: 'muted', text: 'Cancelled: nothing was sent to the board.' }));
+      out.replaceChildren(el('p', { class: 'muted', 'data-state': 'cancelled', text: 'Cancelled: nothing was sent to the board.' }));
       return;
     }
     out.querySelectorAll('button').forEach((b) => { b.disabled = true; });
@@ -416,18 +642,21 @@ async function followSteps(step, out) {
   }
 }
 
-// ask shows one prompt and resolves with {value} or {cancel}.
-function ask(step, pr, out) {
+// ask shows one prompt and resolves with {value}, {cancel} or, for a
+// confirmation, {declined}.
+function ask(step, pr, out, call) {
+  if (pr.type === 'confirm') return confirmCall(step, pr, out, call);
   return new Promise((resolve) => {
     const rules = pr.validation || {};
     let input, read;
     const row = el('div', { class: 'row' });
-    const def = pr.defaultValue;
+    let def = pr.defaultValue;
+    let hint = pr.placeholder;
+    if (typeof def === 'string' && proseDefault(pr.property || '', { type: 'string', default: def, description: pr.message })) {
+      hint = def; // help text, not a value
+      def = undefined;
+    }
     switch (pr.type) {
-      case 'confirm':
-        row.append(el('button', { class: 'primary', type: 'button', 'data-answer': 'yes', text: 'Yes', onclick: () => resolve({ value: true }) }),
-          el('button', { type: 'button', 'data-answer': 'no', text: 'No', onclick: () => resolve({ value: false }) }));
-        break;
       case 'choice':
         input = el('select', { 'data-arg': pr.property }, ...(pr.choices || []).map((c) =>
           el('option', { value: JSON.stringify(c.value), text: c.label || str(c.value), selected: def !== undefined && JSON.stringify(def) === JSON.stringify(c.value) })));
@@ -444,7 +673,7 @@ function ask(step, pr, out) {
         read = () => { try { return JSON.parse(input.value); } catch (_) { return input.value; } };
         break;
       default: // text, date
-        input = el('input', { type: pr.type === 'date' ? 'date' : 'text', 'data-arg': pr.property, value: def, placeholder: pr.placeholder });
+        input = el('input', { type: pr.type === 'date' ? 'date' : 'text', 'data-arg': pr.property, value: def, placeholder: hint });
         read = () => input.value;
     }
     const cancel = el('button', { type: 'button', 'data-answer': 'cancel', text: 'Cancel', onclick: () => resolve({ cancel: true }) });
@@ -463,6 +692,47 @@ function ask(step, pr, out) {
     out.replaceChildren(form);
     if (input) input.focus();
   });
+}
+
+// What some firmware tools do to the board, said before they run.
+const EFFECTS = {
+  'self.reboot': 'The board restarts and drops off for about 10 s.',
+  'self.upgrade_firmware': 'The board downloads and installs the firmware, then restarts; it is offline until it is done.',
+};
+
+// confirmCall asks a person whether to run the call: "Run self.reboot on
+// dev_000001?", what it does, the arguments, and Yes / Cancel. The
+// bridge's own question (worded for a model too) is secondary text, less
+// what only a model needs ("answer true or false", "with {}").
+function confirmCall(step, pr, out, call) {
+  return new Promise((resolve) => {
+    const names = Object.keys(call.args);
+    const detail = humanConfirm(pr.message, call.tool);
+    const yes = el('button', { class: 'primary', type: 'button', 'data-answer': 'yes', text: 'Yes, run it', onclick: () => resolve({ value: true }) });
+    const form = el('form', { class: 'prompt confirm', novalidate: true, 'data-prompt': 'confirm' },
+      el('p', { class: 'question', text: 'Run ' + call.tool + ' on ' + call.board + '?' }),
+      EFFECTS[call.tool] ? el('p', { class: 'effect', text: EFFECTS[call.tool] }) : null,
+      names.length ? el('dl', { class: 'args' }, ...names.flatMap((k) => [el('dt', { text: k }), el('dd', { text: str(call.args[k]) })])) : null,
+      detail ? el('p', { class: 'msg muted', text: detail }) : null,
+      el('div', { class: 'row' }, yes,
+        el('button', { type: 'button', 'data-answer': 'cancel', text: 'Cancel', onclick: () => resolve({ declined: true }) })),
+      pr.error ? el('p', { class: 'hint err', 'data-error': '', text: sentence(pr.error) }) : null);
+    form.addEventListener('submit', (ev) => { ev.preventDefault(); resolve({ value: true }); });
+    out.replaceChildren(form);
+    yes.focus();
+  });
+}
+
+// humanConfirm keeps what the bridge's confirmation says beyond the
+// question itself, without instructions meant for a model.
+function humanConfirm(msg, tool) {
+  if (typeof msg !== 'string') return '';
+  const sentences = msg.replace(/\s+with\s+\{\s*\}/g, '').split(/(?<=[.?!])\s+/);
+  const question = new RegExp('^run ' + tool.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + '\\b.*\\?$', 'i');
+  const kept = sentences.map((x) => x.trim()).filter((x) => x &&
+    !/\b(true|yes)\b.*\b(false|no)\b/i.test(x) && // "Answer true to run it, or false…"
+    !question.test(x)); // the question again, maybe with the arguments as JSON
+  return kept.join(' ');
 }
 
 function showOutcome(step, out) {
@@ -514,7 +784,15 @@ function route() {
   }
 }
 
+// refreshSide reads what has no event of its own: the plots and the
+// boards waiting for approval.
+function refreshSide() {
+  loadStats();
+  loadApprovals();
+}
+
 window.addEventListener('hashchange', route);
-setInterval(renderMetrics, 1000);
+setInterval(() => { if (!document.hidden) refreshSide(); }, 5000);
 restartEvents();
 route();
+refreshSide();
