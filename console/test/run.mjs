@@ -49,7 +49,10 @@ function freePort() {
 }
 
 function start(bin, args, name) {
-  const p = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  // The bridges keep their state in their default data directory, which
+  // lies under XDG_STATE_HOME: here a folder of this run, never the home.
+  const env = { ...process.env, XDG_STATE_HOME: join(out, 'state') };
+  const p = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], env });
   let err = '';
   p.stderr.on('data', (d) => { err = (err + d).slice(-4000); });
   p.on('exit', (code, sig) => { if (code && !p.stopping) console.error(`${name} exited ${code} ${sig || ''}:\n${err}`); });
