@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,4 +105,29 @@ func newMux(t *testing.T) *frontdoor.Mux {
 	m, err := frontdoor.NewMux(frontdoor.Config{AllowedOrigins: frontdoor.DefaultAllowedOrigins, Refuse: Refuse})
 	require.NoError(t, err)
 	return m
+}
+
+// TestAnswersAreNotHTMLEscaped: a JSON API writes "<tool>" as it is, not
+// as "\u003ctool\u003e" (encoding/json's default, meant for HTML pages).
+func TestAnswersAreNotHTMLEscaped(t *testing.T) {
+	mux := newMux(t)
+	New(device.NewHub(device.HubConfig{}, nil), Options{}, nil).Register(mux)
+	srv := httptest.NewServer(JSONErrors(mux))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/api/devices/x/call", "application/json", strings.NewReader(`{"name":`))
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(raw), `{\"name\": \"<tool>\"`)
+	assert.NotContains(t, string(raw), `\u003c`)
+}
+
+func TestEventDataIsNotHTMLEscaped(t *testing.T) {
+	var buf bytes.Buffer
+	writeEvent(&buf, "e", device.Event{Type: device.EventCall, DeviceID: "aa", Call: device.CallOutcome{Tool: "a<b>&c"}}, "", nil)
+	assert.Contains(t, buf.String(), `"tool":"a<b>&c"`)
+	assert.Equal(t, 4, strings.Count(buf.String(), "\n"), "one data line: %q", buf.String())
 }
