@@ -286,7 +286,7 @@ func (s *Server) lookupFlowTool(ctx context.Context, name string) (*flow.Tool, e
 	cat := s.cat.Load()
 	if e, ok := cat.byName[name]; ok {
 		if err := s.opts.Access.Policy.Check(policy.IdentityFrom(ctx), boardOf(e), e.tool.Name); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: upperFirst(err.Error())}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
 		return s.flowTool(e), nil
 	}
