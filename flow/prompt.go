@@ -107,6 +107,12 @@ func prompt(p *argcheck.Prop) Prompt {
 		pr.Type = PromptText
 		rules.Pattern = p.Pattern
 		rules.Format = p.Format
+		if p.URLish() {
+			var ex string
+			if json.Unmarshal([]byte(p.Example()), &ex) == nil && strings.Trim(ex, ".") != "" {
+				pr.Placeholder = ex // what a URL looks like
+			}
+		}
 		if p.MinLen != nil {
 			f := float64(*p.MinLen)
 			rules.Min = &f
