@@ -241,6 +241,10 @@ func (s *Server) flowTool(e *entry) *flow.Tool {
 		Description: e.mcpTool.Description,
 		InputSchema: e.tool.InputSchema,
 		Confirm:     e.confirm,
+		// The confirmation names the board's tool and the board:
+		// `Run self.reboot on "kitchen" (bread-compact-wifi, 02:…)?`.
+		Label: e.tool.Name,
+		Board: e.label(),
 		Execute: func(ctx context.Context, args json.RawMessage) (flow.Result, error) {
 			return flowResult(s.call(ctx, nil, e, args)), nil
 		},
