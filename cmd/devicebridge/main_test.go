@@ -223,6 +223,7 @@ func TestCommands(t *testing.T) {
 `, errOut, "one problem a line; the example as the command line takes it")
 		code, _, errOut = run("", "call", "01", "get_device_status", "x:=1")
 		assert.Equal(t, exitInvalidArgs, code)
+		assert.Contains(t, errOut, "self.get_device_status takes no arguments")
 		code, out, _ = run("", "call", "01", "self.audio_speaker.set_volume", "volume:=36", "--json")
 		require.Equal(t, exitOK, code)
 		assert.JSONEq(t, `{"content":[{"type":"text","text":"true"}],"isError":false}`, out)
