@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -55,7 +54,7 @@ func (s *Server) refused(w http.ResponseWriter, th *logthrottle.Throttle, what s
 	}
 	th.Info(s.log, what+" refused by policy", zap.String("identity", who.Name), clip.Field("device_id", id), clip.Field("tool", tool))
 	s.auditCall(who, id, tool, args, "denied", 0)
-	writeError(w, http.StatusForbidden, "not_allowed", upperFirst(err.Error()))
+	writeError(w, http.StatusForbidden, "not_allowed", err.Error())
 	return true
 }
 
@@ -113,11 +112,4 @@ func (s *Server) auditCall(id policy.Identity, deviceID, tool string, args json.
 	}
 	_ = l.Write(audit.Record{Kind: audit.KindToolCall, Via: "api", Identity: id.Name, Board: deviceID, Tool: tool,
 		ArgsDigest: l.Digest(args), Outcome: outcome, DurationMS: float64(took.Microseconds()) / 1000})
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }

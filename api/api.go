@@ -326,6 +326,8 @@ func encodeJSON(v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
+	// A JSON API, not HTML: "<tool>" stays "<tool>", not "\u003ctool\u003e".
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return buf.Bytes()
 }

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +18,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/internal/argcheck"
+	"github.com/devicebridge/devicebridge/policy"
 )
 
 func TestClassify(t *testing.T) {
@@ -102,4 +106,51 @@ func newMux(t *testing.T) *frontdoor.Mux {
 	m, err := frontdoor.NewMux(frontdoor.Config{AllowedOrigins: frontdoor.DefaultAllowedOrigins, Refuse: Refuse})
 	require.NoError(t, err)
 	return m
+}
+
+// TestAnswersAreNotHTMLEscaped: a JSON API writes "<tool>" as it is, not
+// as "\u003ctool\u003e" (encoding/json's default, meant for HTML pages).
+func TestAnswersAreNotHTMLEscaped(t *testing.T) {
+	mux := newMux(t)
+	New(device.NewHub(device.HubConfig{}, nil), Options{}, nil).Register(mux)
+	srv := httptest.NewServer(JSONErrors(mux))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/api/devices/x/call", "application/json", strings.NewReader(`{"name":`))
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(raw), `{\"name\": \"<tool>\"`)
+	assert.NotContains(t, string(raw), `\u003c`)
+}
+
+func TestEventDataIsNotHTMLEscaped(t *testing.T) {
+	var buf bytes.Buffer
+	writeEvent(&buf, "e", device.Event{Type: device.EventCall, DeviceID: "aa", Call: device.CallOutcome{Tool: "a<b>&c"}}, "", nil)
+	assert.Contains(t, buf.String(), `"tool":"a<b>&c"`)
+	assert.Equal(t, 4, strings.Count(buf.String(), "\n"), "one data line: %q", buf.String())
+}
+
+// TestRefusalKeepsToolName: a policy refusal names the tool exactly as
+// called (tool names are case-sensitive), never "Self.lamp.turn_on".
+func TestRefusalKeepsToolName(t *testing.T) {
+	p, err := policy.Parse([]byte("identities:\n  office:\n    boards: [\"*\"]\n    tools: [\"self.audio_speaker.*\"]\n"))
+	require.NoError(t, err)
+	mux := newMux(t)
+	New(device.NewHub(device.HubConfig{}, nil), Options{Access: Access{Policy: policy.New(p)}}, nil).Register(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(policy.WithIdentity(r.Context(), policy.Identity{Name: "office"})))
+	}))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/api/devices/02:00:00:00:00:02/call", "application/json", strings.NewReader(`{"name":"self.lamp.turn_on"}`))
+	require.NoError(t, err)
+	var body ErrorBody
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Equal(t, "not_allowed", body.Error.Code)
+	assert.Equal(t, "not allowed for office (policy): self.lamp.turn_on on board 02:00:00:00:00:02; nothing was sent to the board", body.Error.Message)
 }

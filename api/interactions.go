@@ -11,6 +11,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -154,6 +155,7 @@ func (s *Server) lookupInteractionTool(_ context.Context, key string) (*flow.Too
 			confirm = s.opts.Interactions.NeedsConfirm(t)
 		}
 		return &flow.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Confirm: confirm,
+			Board: cmp.Or(s.alias(info.DeviceID), info.DeviceID),
 			Execute: func(ctx context.Context, args json.RawMessage) (flow.Result, error) {
 				res, err := s.hub.CallTool(ctx, id, name, args)
 				if err != nil {

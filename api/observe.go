@@ -332,9 +332,14 @@ func writeEvent(buf *bytes.Buffer, epoch string, ev device.Event, reason string,
 		}
 		data = b
 	}
-	b, err := json.Marshal(data) // one line: encoding/json escapes newlines
-	if err != nil {
-		b = []byte("{}")
+	// One line (encoding/json escapes newlines), and no HTML escaping, as
+	// in every /api answer.
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
+	enc.SetEscapeHTML(false)
+	b := []byte("{}")
+	if enc.Encode(data) == nil {
+		b = bytes.TrimSuffix(line.Bytes(), []byte("\n"))
 	}
 	fmt.Fprintf(buf, "id: %s-%d\nevent: %s\ndata: %s\n\n", epoch, ev.Seq, ev.Type, b)
 }

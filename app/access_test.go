@@ -208,7 +208,7 @@ func TestPolicySeparatesIdentities(t *testing.T) {
 	require.Contains(t, text, "not allowed for kitchen")
 	text, isErr = mcpCall(t, office, "office_lamp_turn_on", nil)
 	require.True(t, isErr)
-	require.Contains(t, text, "not allowed for bob@example.com")
+	require.Contains(t, text, "not allowed for bob@example.com (policy): self.lamp.turn_on on board", "the tool name as the board spells it")
 	text, isErr = mcpCall(t, office, "kitchen_get_device_status", nil)
 	require.True(t, isErr)
 	require.Contains(t, text, "not allowed for bob@example.com")

@@ -83,7 +83,7 @@ func TestRoutedCallsMeetTheHoldersPolicy(t *testing.T) {
 	code, msg := call(baseA, kitchenSecret, `{"name":"self.screen.set_theme","arguments":{"theme":"dark"}}`)
 	require.NotEqual(t, http.StatusOK, code)
 	require.Contains(t, msg, "node b, which holds the board, refused the call")
-	require.Contains(t, msg, "is not allowed for kitchen (policy)")
+	require.Contains(t, msg, "not allowed for kitchen (policy): self.screen.set_theme on board")
 	// Refused by a already: b never hears of it.
 	code, _ = call(baseA, strangerSecret, `{"name":"self.get_device_status"}`)
 	require.Equal(t, http.StatusForbidden, code)

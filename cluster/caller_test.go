@@ -66,9 +66,9 @@ identities:
 	require.Equal(t, 1, calls())
 
 	_, err = a.hub.CallTool(kitchen, "bb:00:00:00:00:01", "self.fail", json.RawMessage(`{}`))
-	require.ErrorContains(t, err, "node b, which holds the board, refused the call: self.fail on board bb:00:00:00:00:01 is not allowed for kitchen")
+	require.ErrorContains(t, err, "node b, which holds the board, refused the call: not allowed for kitchen (policy): self.fail on board bb:00:00:00:00:01")
 	_, err = a.hub.CallTool(context.Background(), "bb:00:00:00:00:01", "self.get_device_status", nil)
-	require.ErrorContains(t, err, "is not allowed for anonymous", "a call without an identity in its context is anonymous's")
+	require.ErrorContains(t, err, "not allowed for anonymous", "a call without an identity in its context is anonymous's")
 	require.Equal(t, 1, calls(), "refused calls never reach the board")
 
 	// A request with the fleet's credentials but no caller: what an

@@ -391,7 +391,7 @@ func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.Raw
 		*transport = info.Transport
 		res, err := h.remoteOf().CallTool(ctx, info, tool, args)
 		if err != nil && errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(err, ErrShutdown) {
-			return nil, fmt.Errorf("%w while %s ran; its outcome is unknown: %w", ErrShutdown, tool, err)
+			return nil, cutOff(tool, err)
 		}
 		return res, err
 	}
@@ -405,10 +405,31 @@ func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.Raw
 		}
 	}
 	if errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(err, ErrShutdown) {
-		return nil, fmt.Errorf("%w while %s ran; its outcome is unknown: %w", ErrShutdown, tool, err)
+		return nil, cutOff(tool, err)
 	}
 	return nil, err
 }
+
+// cutOff is the error of a call that shutdown cut off while it ran, err
+// being what the call returned: "bridge shutting down while self.x ran;
+// its outcome is unknown". err stays in the chain (errors.Is), and in the
+// text unless it is only the cancellation itself ("context canceled"),
+// which would tell the caller nothing.
+func cutOff(tool string, err error) error {
+	msg := fmt.Sprintf("%v while %s ran; its outcome is unknown", ErrShutdown, tool)
+	if !errors.Is(err, context.Canceled) {
+		msg += ": " + err.Error()
+	}
+	return &cutOffError{msg: msg, err: err}
+}
+
+type cutOffError struct {
+	msg string
+	err error
+}
+
+func (e *cutOffError) Error() string   { return e.msg }
+func (e *cutOffError) Unwrap() []error { return []error{ErrShutdown, e.err} }
 
 // Drain starts shutting down: new calls and new boards are refused, and
 // every call in flight returns at once with an error wrapping ErrShutdown,

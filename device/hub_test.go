@@ -307,7 +307,8 @@ func TestDrainAnswersCallsInFlight(t *testing.T) {
 	case err := <-errs:
 		require.ErrorIs(t, err, ErrShutdown)
 		assert.Equal(t, CodeShuttingDown, CodeOf(err))
-		assert.Contains(t, err.Error(), "outcome is unknown")
+		assert.Equal(t, "bridge shutting down while self.get_device_status ran; its outcome is unknown", err.Error(),
+			"the cancellation that cut it off is no news to the caller")
 	case <-ctx.Done():
 		t.Fatal("Drain did not answer the call in flight")
 	}

@@ -3,6 +3,8 @@ package device
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // State is where a session is in its lifecycle.
@@ -63,13 +65,25 @@ type ToolInfo struct {
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	UserOnly    bool            `json:"user_only"`
+	// ProseDefaults names the arguments whose schema "default" is prose
+	// about the argument, not a value (argcheck.ProseDefault): the bridge
+	// does not use it, and a client should neither show nor prefill it.
+	ProseDefaults []string `json:"prose_defaults,omitempty"`
 }
 
 // ToolInfos lists the tools in device order with user-only tools marked.
 func (i Info) ToolInfos() []ToolInfo {
 	out := make([]ToolInfo, 0, len(i.Tools))
 	for _, t := range i.Tools {
-		out = append(out, ToolInfo{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, UserOnly: t.UserOnly()})
+		ti := ToolInfo{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, UserOnly: t.UserOnly()}
+		if len(t.InputSchema) > 0 {
+			for _, p := range argcheck.Shared(t.InputSchema).Props() {
+				if len(p.IgnoredDefault) > 0 {
+					ti.ProseDefaults = append(ti.ProseDefaults, p.Name)
+				}
+			}
+		}
+		out = append(out, ti)
 	}
 	return out
 }

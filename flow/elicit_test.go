@@ -33,7 +33,7 @@ func TestElicitSchema(t *testing.T) {
 		"day":{"type":"string","format":"date","title":"day","description":"day: a date (YYYY-MM-DD)."},
 		"name":{"type":"string","minLength":2,"maxLength":20,"title":"name","description":"name: a string of 2 to 20 characters matching ^[a-z]+$."},
 		"level":{"type":"number","title":"level","description":"level: choose one of 1, 2. Allowed: 1, 2."},
-		"confirm":{"type":"boolean","default":false,"title":"Confirm","description":"Run t with {}? Answer true to run it, or false to cancel without running anything."}
+		"confirm":{"type":"boolean","default":false,"title":"Confirm","description":"Run t?"}
 	},"required":["volume","ratio","mode","day","name","level","confirm"]}`, string(got))
 	assert.NotContains(t, string(got), "pattern", "elicitation has no pattern")
 
@@ -117,7 +117,7 @@ func TestElicitationPath(t *testing.T) {
 	require.Empty(t, p.Prompts)
 	require.NotNil(t, p.Confirm)
 	assert.Contains(t, p.Confirm.Error, "true or false")
-	assert.Contains(t, p.Confirm.Message, `{"quality":90,"url":"http://v/x"}`)
+	assert.Equal(t, "Run self.camera.take_photo with quality=90 url=http://v/x?", p.Confirm.Message, "with the final arguments")
 
 	declined, err := tool.Answer(p, map[string]json.RawMessage{ConfirmField: raw(`false`)})
 	require.NoError(t, err)

@@ -249,6 +249,28 @@ func TestGuidedAsksOptional(t *testing.T) {
 	assert.Equal(t, StateCompleted, st.State)
 }
 
+// TestProseDefaultIsNotPrefilled: the firmware's self.upgrade_firmware
+// declares its url's default as a sentence about the url. A guided call
+// neither offers it nor sends it when the answer is left empty.
+func TestProseDefaultIsNotPrefilled(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.reg.set(recordingTool("upgrade", `{"type":"object","properties":{"url":{"type":"string","default":"The URL of the firmware binary file to download and install"}}}`, f.calls))
+	ctx := context.Background()
+	st, err := f.eng.Start(ctx, "alice", "upgrade", nil, StartOptions{Guided: true})
+	require.NoError(t, err)
+	pr := st.InitialPrompt
+	require.NotNil(t, pr)
+	assert.Equal(t, "url", pr.Property)
+	assert.Empty(t, pr.DefaultValue, "no prefill")
+	assert.NotContains(t, pr.Message, "firmware binary file")
+	assert.Equal(t, "url: a URL (optional; answer null to skip).", pr.Message)
+	assert.Equal(t, "http://example.com/file", pr.Placeholder)
+	st, err = f.eng.Respond(ctx, "alice", st.SessionID, raw(`null`))
+	require.NoError(t, err)
+	assert.Equal(t, StateCompleted, st.State)
+	assert.Equal(t, []string{`{}`}, f.calls.list(), "nothing sent for the url")
+}
+
 func confirmTool(f *fixture) {
 	t := recordingTool("self.reboot", volumeSchema, f.calls)
 	t.Confirm = true

@@ -22,8 +22,14 @@ type Tool struct {
 	// cancels the interaction with nothing executed.
 	Confirm bool
 	// ConfirmMessage is the confirmation question; by default "Run <name>
-	// with <arguments>?".
+	// on <board> with volume=35?" (see ConfirmQuestion).
 	ConfirmMessage string
+	// Label is the tool as people know it in the confirmation question
+	// (a board's own tool name, self.reboot); default Name.
+	Label string
+	// Board names the board the tool runs on in the confirmation
+	// question; "" leaves it out.
+	Board string
 	// Execute runs the tool with arguments that passed validation (a JSON
 	// object). It runs with the context of the Start or Respond call that
 	// completed the interaction, cancelled early if the interaction is

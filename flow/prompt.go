@@ -1,6 +1,8 @@
 package flow
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -107,6 +109,12 @@ func prompt(p *argcheck.Prop) Prompt {
 		pr.Type = PromptText
 		rules.Pattern = p.Pattern
 		rules.Format = p.Format
+		if p.URLish() {
+			var ex string
+			if json.Unmarshal([]byte(p.Example()), &ex) == nil && strings.Trim(ex, ".") != "" {
+				pr.Placeholder = ex // what a URL looks like
+			}
+		}
 		if p.MinLen != nil {
 			f := float64(*p.MinLen)
 			rules.Min = &f
@@ -137,15 +145,78 @@ func prompt(p *argcheck.Prop) Prompt {
 	return pr
 }
 
-// confirmPrompt is the last question of tools with Tool.Confirm.
+// confirmPrompt is the last question of tools with Tool.Confirm. It is
+// read by people (the console, the CLI, a host's form) and by models
+// alike, so it is plain: what runs, where, with what. How to answer is
+// the prompt's type (a confirm: yes or no, a boolean in a form).
 func confirmPrompt(t *Tool, args json.RawMessage) Prompt {
 	msg := t.ConfirmMessage
 	if msg == "" {
-		msg = fmt.Sprintf("Run %s with %s?", t.Name, args)
+		msg = ConfirmQuestion(cmp.Or(t.Label, t.Name), t.Board, args)
 	}
 	return Prompt{Type: PromptConfirm, DefaultValue: json.RawMessage("false"),
-		Message:    msg + " Answer true to run it, or false to cancel without running anything.",
-		Validation: &Rules{Required: true}}
+		Message: msg, Validation: &Rules{Required: true}}
+}
+
+// ConfirmQuestion asks whether to run tool on board with args: "Run
+// self.reboot on kitchen?", "Run self.audio_speaker.set_volume on kitchen
+// with volume=35?". Tools that take the board away (a restart, a firmware
+// upgrade) say so.
+func ConfirmQuestion(tool, board string, args json.RawMessage) string {
+	var b strings.Builder
+	b.WriteString("Run " + tool)
+	if board != "" {
+		b.WriteString(" on " + board)
+	}
+	if list := argList(args); list != "" {
+		b.WriteString(" with " + list)
+	}
+	b.WriteString("?")
+	base := tool[strings.LastIndex(tool, ".")+1:]
+	if note, ok := confirmNotes[base]; ok {
+		b.WriteString(" " + note)
+	}
+	return b.String()
+}
+
+// confirmNotes say what a tool does to the board's link, by the last part
+// of its name: the firmware's self.reboot and self.upgrade_firmware.
+var confirmNotes = map[string]string{
+	"reboot":           "The board restarts: it is offline until it reconnects.",
+	"upgrade_firmware": "The board installs the firmware and restarts: it is offline until it reconnects.",
+}
+
+// argList renders arguments for a person: volume=35 theme=dark, strings
+// quoted when they hold spaces or quotes, other values as compact JSON,
+// each cut to a readable length; "" for none.
+func argList(args json.RawMessage) string {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	var parts []string
+	for dec.More() {
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		if err != nil || !ok {
+			break
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			break
+		}
+		val := string(argcheck.Compact(v))
+		var str string
+		if json.Unmarshal(v, &str) == nil && str != "" && !strings.ContainsAny(str, " \t\n\"'=") {
+			val = str
+		}
+		if r := []rune(val); len(r) > 60 {
+			val = string(r[:59]) + "…"
+		}
+		parts = append(parts, key+"="+val)
+	}
+	return strings.Join(parts, " ")
 }
 
 // ConfirmField is the key under which ElicitSchema asks for the

@@ -264,13 +264,34 @@ func TestConfirmationPlanned(t *testing.T) {
 	assert.Equal(t, PromptConfirm, p.Confirm.Type)
 	assert.Empty(t, p.Confirm.Property)
 	assert.JSONEq(t, `false`, string(p.Confirm.DefaultValue))
-	assert.Contains(t, p.Confirm.Message, "Run self.reboot with {}?")
+	assert.Equal(t, "Run self.reboot? The board restarts: it is offline until it reconnects.", p.Confirm.Message)
 	assert.Len(t, p.Asks(), 1)
+
+	tool.Label, tool.Board = "self.reboot", "kitchen"
+	p, err = tool.Plan(nil, false)
+	require.NoError(t, err)
+	assert.Equal(t, "Run self.reboot on kitchen? The board restarts: it is offline until it reconnects.", p.Confirm.Message)
 
 	tool.ConfirmMessage = "Reboot the board?"
 	p, err = tool.Plan(nil, false)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(p.Confirm.Message, "Reboot the board?"))
+}
+
+func TestConfirmQuestion(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{``, "Run self.x on desk?"},
+		{`{}`, "Run self.x on desk?"},
+		{`{"volume":35}`, "Run self.x on desk with volume=35?"},
+		{`{"theme":"dark","on":true}`, "Run self.x on desk with theme=dark on=true?"},
+		{`{"text":"hello world","list":[1,2],"o":{"a":null}}`, `Run self.x on desk with text="hello world" list=[1,2] o={"a":null}?`},
+		{`{"s":""}`, `Run self.x on desk with s=""?`},
+		{`{"long":"` + strings.Repeat("a", 100) + `"}`, "Run self.x on desk with long=" + strings.Repeat("a", 59) + "…?"},
+	} {
+		assert.Equal(t, tc.want, ConfirmQuestion("self.x", "desk", raw(tc.args)), tc.args)
+	}
+	assert.Equal(t, "Run self.upgrade_firmware with url=http://h/f.bin? The board installs the firmware and restarts: it is offline until it reconnects.",
+		ConfirmQuestion("self.upgrade_firmware", "", raw(`{"url":"http://h/f.bin"}`)))
 }
 
 func TestSchemaCacheResolvesOnce(t *testing.T) {

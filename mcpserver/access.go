@@ -10,7 +10,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -104,14 +103,7 @@ func (s *Server) denied(ctx context.Context, e *entry, args json.RawMessage) *mc
 	s.lines().denied.Info(s.log, "tool call refused by policy", zap.String("identity", id.Name), zap.String("device_id", e.deviceID),
 		zap.String("tool", e.tool.Name))
 	s.auditCall(ctx, e, args, "denied", 0)
-	return errorResult("%s", upperFirst(err.Error()))
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+	return errorResult("%s", err.Error())
 }
 
 // auditCall records one board tool call in the audit log and, with

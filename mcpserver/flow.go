@@ -241,6 +241,10 @@ func (s *Server) flowTool(e *entry) *flow.Tool {
 		Description: e.mcpTool.Description,
 		InputSchema: e.tool.InputSchema,
 		Confirm:     e.confirm,
+		// The confirmation names the board's tool and the board:
+		// `Run self.reboot on "kitchen" (bread-compact-wifi, 02:…)?`.
+		Label: e.tool.Name,
+		Board: e.label(),
 		Execute: func(ctx context.Context, args json.RawMessage) (flow.Result, error) {
 			return flowResult(s.call(ctx, nil, e, args)), nil
 		},
@@ -286,7 +290,7 @@ func (s *Server) lookupFlowTool(ctx context.Context, name string) (*flow.Tool, e
 	cat := s.cat.Load()
 	if e, ok := cat.byName[name]; ok {
 		if err := s.opts.Access.Policy.Check(policy.IdentityFrom(ctx), boardOf(e), e.tool.Name); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: upperFirst(err.Error())}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
 		return s.flowTool(e), nil
 	}

@@ -416,6 +416,9 @@ func TestRebootAsksAndDeclineLeavesBoardRunning(t *testing.T) {
 			require.Len(t, asked, 1)
 			c := schemaOf(t, asked[0])["properties"].(map[string]any)["confirm"].(map[string]any)
 			assert.Equal(t, "boolean", c["type"])
+			question := `Run self.reboot on "dev_000003" (otto-robot, 02:00:00:00:00:03)? The board restarts: it is offline until it reconnects.`
+			assert.Equal(t, question, asked[0].Message, "plain words, for the user and the model alike")
+			assert.Equal(t, question, c["description"])
 
 			// "decline" in the form's own terms is a no as well.
 			user.answers = []*mcp.ElicitResult{{Action: "decline"}}

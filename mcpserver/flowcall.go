@@ -155,7 +155,7 @@ func ask(e *entry, plan *flow.Plan) (*mcp.ElicitParams, error) {
 	}
 	var b strings.Builder
 	if len(plan.Prompts) == 0 {
-		fmt.Fprintf(&b, "Board %s: %s", e.label(), prompts[0].Message)
+		b.WriteString(prompts[0].Message) // the confirmation names the board
 	} else {
 		names := make([]string, len(prompts))
 		for i, p := range prompts {

@@ -302,8 +302,9 @@ func TestClientIDBoundOnFirstUse(t *testing.T) {
 	for _, bad := range []struct{ path, body string }{
 		{"482913/reset", ""}, {"aa:bb:cc:dd:ee:ff/reset", `{"client_id":"no spaces allowed"}`}, {"aa:bb:cc:dd:ee:ff/reset", `{"other":1}`},
 	} {
-		code, _, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/"+bad.path, nil, bad.body)
+		code, body, _ := send(t, http.DefaultClient, f.control+"/api/ota/devices/"+bad.path, nil, bad.body)
 		assert.Equal(t, http.StatusBadRequest, code, bad)
+		assert.NotContains(t, body, `\u003c`, "a JSON API does not HTML-escape its messages")
 	}
 	code, _, _ = send(t, http.DefaultClient, f.control+"/api/ota/devices/aa:bb:cc:dd:ee:01/reset", nil, "")
 	assert.Equal(t, http.StatusNotFound, code)

@@ -17,7 +17,10 @@ import (
 const DefaultWatchInterval = 2 * time.Second
 
 // DeniedError is the answer to a call the policy does not allow. Its text
-// is what callers see; it names the identity, not its credentials.
+// is what callers see; it names the identity, not its credentials. It
+// never starts with the tool's name, so that a caller (or a client) that
+// capitalises a message's first letter does not change the name: tool
+// names are case-sensitive.
 type DeniedError struct {
 	Identity string
 	Board    Board
@@ -32,7 +35,7 @@ func (e *DeniedError) Error() string {
 	if e.Tool == "" {
 		return fmt.Sprintf("board %s is not allowed for %s (policy); nothing was sent to it", board, e.Identity)
 	}
-	return fmt.Sprintf("%s on board %s is not allowed for %s (policy); nothing was sent to the board", e.Tool, board, e.Identity)
+	return fmt.Sprintf("not allowed for %s (policy): %s on board %s; nothing was sent to the board", e.Identity, e.Tool, board)
 }
 
 // Gate holds the policy in force and makes every decision. A nil *Gate

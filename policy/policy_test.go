@@ -60,7 +60,7 @@ func TestDecisions(t *testing.T) {
 	require.True(t, g.ToolAllowed(kitchen, officeBoard, "self.reboot"), "no policy: everything allowed")
 	require.NoError(t, g.Check(kitchen, officeBoard, "x"))
 	err = New(p).Check(kitchen, officeBoard, "self.reboot")
-	require.EqualError(t, err, "self.reboot on board desk is not allowed for kitchen (policy); nothing was sent to the board")
+	require.EqualError(t, err, "not allowed for kitchen (policy): self.reboot on board desk; nothing was sent to the board")
 
 	var labels []string
 	gate := New(p)

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/internal/argcheck"
 )
 
 // prop is one property of a tool's input schema.
@@ -31,6 +33,7 @@ func props(schema json.RawMessage) []prop {
 			Minimum     *float64        `json:"minimum"`
 			Maximum     *float64        `json:"maximum"`
 			Default     json.RawMessage `json:"default"`
+			Format      string          `json:"format"`
 		} `json:"properties"`
 		Required []string `json:"required"`
 	}
@@ -55,7 +58,11 @@ func props(schema json.RawMessage) []prop {
 				}
 			}
 		}
-		out = append(out, prop{Name: name, Type: t, Description: p.Description, Enum: p.Enum, Min: p.Minimum, Max: p.Maximum, Default: p.Default, Required: req[name]})
+		def := p.Default
+		if len(def) > 0 && argcheck.ProseDefault(name, p.Description, p.Format, def) {
+			def = nil // prose about the argument, not a value for it
+		}
+		out = append(out, prop{Name: name, Type: t, Description: p.Description, Enum: p.Enum, Min: p.Minimum, Max: p.Maximum, Default: def, Required: req[name]})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Required != out[j].Required {

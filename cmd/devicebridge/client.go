@@ -54,8 +54,27 @@ func (e *apiError) Error() string { return string(e.shown()) }
 
 // shown lays the error out on lines of its own, each part made safe: the
 // message and problems quote what the board declared.
+//
+// The bridge words its example for any caller, as JSON ("Call it again
+// with arguments like {"volume": 100}."); on the command line it becomes
+// what the user types: volume=100.
 func (e *apiError) shown() shown {
 	var b strings.Builder
+	if list, ok := cliArgs(e.Ex); ok && e.Code == "invalid_arguments" {
+		// What is wrong, one problem a line, and arguments that would
+		// pass in the command line's terms.
+		first, _, _ := strings.Cut(e.Msg, "\n")
+		b.WriteString(safe(first))
+		for _, p := range e.Probs {
+			b.WriteString("\n  - " + safe(p))
+		}
+		if list == "" {
+			b.WriteString("\n  Call it again with no arguments.")
+		} else {
+			b.WriteString("\n  Call it again with arguments like " + safe(list) + ".")
+		}
+		return shown(b.String())
+	}
 	b.WriteString(safe(e.Msg))
 	for _, p := range e.Probs {
 		if !strings.Contains(e.Msg, p) {
@@ -67,6 +86,56 @@ func (e *apiError) shown() shown {
 		b.WriteString("\n  arguments that would pass: " + safe(ex.String()))
 	}
 	return shown(b.String())
+}
+
+// cliArgs writes an arguments object as the command line takes it:
+// "volume=100 theme=dark", key:=JSON for lists, objects and null, values
+// quoted for the shell where they need it; "" for {}. ok is false when
+// raw is not a JSON object.
+func cliArgs(raw json.RawMessage) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
+	}
+	var parts []string
+	for dec.More() {
+		tok, err := dec.Token()
+		key, isKey := tok.(string)
+		if err != nil || !isKey {
+			return "", false
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return "", false
+		}
+		switch x := v.(type) {
+		case string:
+			parts = append(parts, shellWord(key+"="+x))
+		case json.Number, bool:
+			parts = append(parts, shellWord(fmt.Sprintf("%s=%v", key, x)))
+		default:
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			if enc.Encode(x) != nil {
+				return "", false
+			}
+			parts = append(parts, shellWord(key+":="+strings.TrimSuffix(b.String(), "\n")))
+		}
+	}
+	return strings.Join(parts, " "), true
+}
+
+// shellWord quotes s for a POSIX shell unless it needs no quotes.
+func shellWord(s string) string {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r))
+	}) < 0
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // exitCode maps an API error onto the CLI's exit codes.
@@ -103,7 +172,7 @@ func (c *cli) do(ctx context.Context, method, path string, body any, out any) er
 		if ctx.Err() != nil {
 			return &exitError{code: exitInterrupted, msg: "interrupted"}
 		}
-		return errf(exitUnreachable, "cannot reach the bridge at %s: %v (start it with `go run ./cmd/bridge`, or set --bridge / DEVICEBRIDGE_URL)", c.bridge, unwrapURL(err))
+		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -111,7 +180,7 @@ func (c *cli) do(ctx context.Context, method, path string, body any, out any) er
 		return errf(exitUnreachable, "reading the bridge's answer: %v", err)
 	}
 	if resp.StatusCode >= 300 {
-		return c.apiErr(resp.StatusCode, data)
+		return c.apiErr(resp.StatusCode, path, data)
 	}
 	if out == nil {
 		return nil
@@ -121,6 +190,9 @@ func (c *cli) do(ctx context.Context, method, path string, body any, out any) er
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
+		if !json.Valid(data) {
+			return c.notControlAPI(fmt.Sprintf("%d but not JSON", resp.StatusCode), path)
+		}
 		return errf(exitFailed, "the bridge answered something unexpected (%v): %.200s", err, data)
 	}
 	return nil
@@ -138,12 +210,16 @@ func (c *cli) request(ctx context.Context, method, path string, body io.Reader) 
 	return req, nil
 }
 
-func (c *cli) apiErr(status int, data []byte) error {
+// apiErr is the error for an answer with status (to a request for path):
+// the control API's error body, or, for anything else, an unreachable
+// bridge (the URL names another server, or another of the bridge's
+// listeners).
+func (c *cli) apiErr(status int, path string, data []byte) error {
 	var body struct {
 		Error apiError `json:"error"`
 	}
 	if json.Unmarshal(data, &body) != nil || body.Error.Code == "" {
-		return errf(exitFailed, "the bridge answered %d: %.200s", status, data)
+		return c.notControlAPI(fmt.Sprint(status), path)
 	}
 	e := body.Error
 	e.Status = status
@@ -155,6 +231,26 @@ func (c *cli) apiErr(status int, data []byte) error {
 		}
 	}
 	return &e
+}
+
+// unreachable is the error for a request that reached no server.
+func (c *cli) unreachable(err error) error {
+	return errf(exitUnreachable, "cannot reach the bridge at %s: %v (start it with `go run ./cmd/bridge`, or set --bridge / DEVICEBRIDGE_URL)", c.bridge, unwrapURL(err))
+}
+
+// defaultBridge is where the CLI looks without --bridge or
+// DEVICEBRIDGE_URL: the control listener's default address.
+const defaultBridge = "http://127.0.0.1:8080"
+
+// notControlAPI is the error for an answer that is not the control API's
+// (got: the status, and what was wrong with it): the URL reaches a server,
+// but not a bridge's control listener. The bridge is as unreachable as
+// with nothing listening there.
+func (c *cli) notControlAPI(got, path string) error {
+	path, _, _ = strings.Cut(path, "?")
+	return errf(exitUnreachable, "%s does not look like a devicebridge control API (%s on %s); "+
+		"the control listener is on %s by default: set --bridge or DEVICEBRIDGE_URL to its address",
+		c.bridge, got, path, strings.TrimPrefix(defaultBridge, "http://"))
 }
 
 func unwrapURL(err error) error {

@@ -273,12 +273,15 @@ func (c *cli) watch(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return errf(exitUnreachable, "cannot reach the bridge at %s: %v", c.bridge, unwrapURL(err))
+		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(resp.Body)
-		return c.apiErr(resp.StatusCode, data)
+		return c.apiErr(resp.StatusCode, "/api/events", data)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return c.notControlAPI(fmt.Sprintf("200 but %s, not an event stream", dash(ct)), "/api/events")
 	}
 	if !c.json {
 		c.stderr.printf("watching %s (Ctrl-C to stop)\n", c.bridge)

@@ -31,6 +31,7 @@ type flowPrompt struct {
 	Message      string          `json:"message"`
 	Property     string          `json:"property"`
 	DefaultValue json.RawMessage `json:"defaultValue"`
+	Placeholder  string          `json:"placeholder"`
 	Choices      []struct {
 		Value json.RawMessage `json:"value"`
 		Label string          `json:"label"`
@@ -214,6 +215,8 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 	}
 	if len(pr.DefaultValue) > 0 {
 		label += " [" + string(pr.DefaultValue) + "]"
+	} else if pr.Placeholder != "" {
+		label += " (e.g. " + pr.Placeholder + ")"
 	}
 	if pr.Type == "confirm" {
 		label = "yes/no"

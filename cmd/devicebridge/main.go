@@ -6,8 +6,8 @@
 //
 // Exit codes: 0 done; 1 the call failed or the tool reported an error;
 // 2 usage; 3 no such board or tool; 4 arguments refused; 5 the bridge is
-// unreachable or refused the token; 6 not run (declined or cancelled at a
-// prompt); 130 interrupted.
+// unreachable (or the URL is not its control listener) or refused the
+// token; 6 not run (declined or cancelled at a prompt); 130 interrupted.
 package main
 
 import (
@@ -45,6 +45,9 @@ commands:
   watch                             follow boards and calls as they happen
   interact <board> <tool> [k=v]…    call a tool, asked for each missing argument and for
                                     confirmation of dangerous tools
+  approvals                         boards waiting for approval at the OTA endpoint (--ota-approval),
+                                    with their activation codes, and every other board it knows
+  approve <code|mac>                admit a waiting board by the code on its screen or its MAC
 
 <board> is a MAC (02:00:00:00:00:01), its last digits (01, 00:01) or an alias.
 <tool> is the board's tool name; the "self." prefix may be left out.
@@ -55,8 +58,12 @@ flags (anywhere on the line):
 The bearer token, when the bridge needs one, is read from $DEVICEBRIDGE_TOKEN.
 
 exit codes: 0 done, 1 call failed, 2 usage, 3 no such board or tool, 4 arguments refused,
-            5 bridge unreachable or token refused, 6 not run (declined), 130 interrupted
+            5 bridge unreachable (or not a control listener) or token refused,
+            6 not run (declined), 130 interrupted
 `
+
+// commands are the command names, as usage lists them.
+var commands = []string{"devices", "show", "tools", "call", "watch", "interact", "approvals", "approve"}
 
 // cli is one invocation: its streams, environment and options.
 type cli struct {
@@ -93,7 +100,7 @@ func (e usageError) Error() string { return string(e) }
 func (c *cli) run(ctx context.Context, args []string, getenv func(string) string) int {
 	c.bridge = getenv("DEVICEBRIDGE_URL")
 	if c.bridge == "" {
-		c.bridge = "http://127.0.0.1:8080"
+		c.bridge = defaultBridge
 	}
 	c.token = getenv("DEVICEBRIDGE_TOKEN")
 	var pos []string
@@ -131,37 +138,54 @@ func (c *cli) run(ctx context.Context, args []string, getenv func(string) string
 		return exitUsage
 	}
 	cmd, rest := pos[0], pos[1:]
-	need := func(n int, form string) error {
-		if len(rest) < n {
+	// nargs checks the number of arguments: at least least, at most most
+	// (-1: any number).
+	nargs := func(least, most int, form string) error {
+		switch {
+		case len(rest) < least:
 			return usageError("usage: devicebridge " + form)
+		case most >= 0 && len(rest) > most:
+			return usageError(fmt.Sprintf("%s: unexpected argument %q (usage: devicebridge %s)", cmd, rest[most], form))
 		}
 		return nil
 	}
 	var err error
 	switch cmd {
 	case "devices", "ls", "list":
-		err = c.devices(ctx)
+		if err = nargs(0, 0, "devices"); err == nil {
+			err = c.devices(ctx)
+		}
 	case "show":
-		if err = need(1, "show <board>"); err == nil {
+		if err = nargs(1, 1, "show <board>"); err == nil {
 			err = c.show(ctx, rest[0])
 		}
 	case "tools":
-		if err = need(1, "tools <board>"); err == nil {
+		if err = nargs(1, 1, "tools <board>"); err == nil {
 			err = c.tools(ctx, rest[0])
 		}
 	case "call":
-		if err = need(2, "call <board> <tool> [key=value]…"); err == nil {
+		if err = nargs(2, -1, "call <board> <tool> [key=value]…"); err == nil {
 			err = c.call(ctx, rest[0], rest[1], rest[2:])
 		}
 	case "watch":
-		err = c.watch(ctx)
+		if err = nargs(0, 0, "watch"); err == nil {
+			err = c.watch(ctx)
+		}
 	case "interact":
-		if err = need(2, "interact <board> <tool> [key=value]…"); err == nil {
+		if err = nargs(2, -1, "interact <board> <tool> [key=value]…"); err == nil {
 			err = c.interact(ctx, rest[0], rest[1], rest[2:])
 		}
+	case "approvals":
+		if err = nargs(0, 0, "approvals"); err == nil {
+			err = c.approvals(ctx)
+		}
+	case "approve":
+		if err = nargs(1, 1, "approve <code|mac>"); err == nil {
+			err = c.approve(ctx, rest[0])
+		}
 	default:
-		err = usageError(fmt.Sprintf("unknown command %q%s (commands: devices, show, tools, call, watch, interact)",
-			cmd, didYouMean(cmd, []string{"devices", "show", "tools", "call", "watch", "interact"})))
+		err = usageError(fmt.Sprintf("unknown command %q%s (commands: %s)",
+			cmd, didYouMean(cmd, commands), strings.Join(commands, ", ")))
 	}
 	return c.fail(err)
 }

@@ -163,6 +163,46 @@ func TestCommands(t *testing.T) {
 		code, _, errOut = run("", "frobnicate")
 		assert.Equal(t, exitUsage, code)
 		assert.Contains(t, errOut, "unknown command")
+		code, _, errOut = run("", "call", "0", "get_device_status")
+		assert.Equal(t, exitNotFound, code)
+		assert.Equal(t, "devicebridge: no board 0; did you mean 02:00:00:00:00:01 or 02:00:00:00:00:02 or 02:00:00:00:00:03?\n", errOut,
+			"each board once, not by MAC and again by alias")
+	})
+
+	t.Run("extra arguments are refused", func(t *testing.T) {
+		for _, args := range [][]string{{"devices", "extra-arg"}, {"show", "01", "02"}, {"tools", "01", "x"}, {"watch", "now"}, {"approvals", "x"}, {"approve", "1", "2"}} {
+			code, out, errOut := run("", args...)
+			assert.Equal(t, exitUsage, code, "%v", args)
+			assert.Empty(t, out, "%v", args)
+			assert.Contains(t, errOut, "unexpected argument", "%v", args)
+		}
+		_, _, errOut := run("", "devices", "extra-arg")
+		assert.Equal(t, "devicebridge: devices: unexpected argument \"extra-arg\" (usage: devicebridge devices)\n", errOut)
+	})
+
+	t.Run("a tool is named by a unique ending", func(t *testing.T) {
+		code, out, errOut := run("", "call", "01", "theme", "theme=dark")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Equal(t, "true\n", out, "theme is self.screen.set_theme")
+		code, _, errOut = run("", "call", "01", "volume", "volume=33")
+		require.Equal(t, exitOK, code, errOut)
+		assert.Equal(t, 33, br.volume(t, "02:00:00:00:00:01"))
+		code, _, errOut = run("", "call", "01", "info")
+		assert.Equal(t, exitNotFound, code, "info ends several tools")
+		assert.Contains(t, errOut, `"info" matches 2 tools`)
+	})
+
+	t.Run("a default that is prose is no default", func(t *testing.T) {
+		code, out, _ := run("", "tools", "01")
+		require.Equal(t, exitOK, code)
+		assert.Regexp(t, `(?m)^self\.upgrade_firmware +\[url:string\] `, out)
+		assert.NotContains(t, out, "The URL of")
+		assert.Regexp(t, `(?m)^self\.screen\.snapshot +url:string \[quality:int\(1\.\.100\)=80\] `, out, "a real default stays")
+
+		code, _, errOut := run("", "interact", "01", "snapshot")
+		assert.Equal(t, exitNotRun, code)
+		assert.Contains(t, errOut, "url: a URL.")
+		assert.Contains(t, errOut, "url (e.g. http://example.com/file)> ")
 	})
 
 	t.Run("call types arguments from the schema", func(t *testing.T) {
@@ -177,6 +217,13 @@ func TestCommands(t *testing.T) {
 		code, _, errOut = run("", "call", "01", "set_volume", "volume=300")
 		assert.Equal(t, exitInvalidArgs, code, "refused by the bridge before the board")
 		assert.Contains(t, errOut, "above the maximum of 100")
+		assert.Equal(t, `devicebridge: Invalid arguments for self.audio_speaker.set_volume; nothing was sent to the board.
+  - argument "volume" is 300, above the maximum of 100 (an integer from 0 to 100)
+  Call it again with arguments like volume=100.
+`, errOut, "one problem a line; the example as the command line takes it")
+		code, _, errOut = run("", "call", "01", "get_device_status", "x:=1")
+		assert.Equal(t, exitInvalidArgs, code)
+		assert.Contains(t, errOut, "self.get_device_status takes no arguments")
 		code, out, _ = run("", "call", "01", "self.audio_speaker.set_volume", "volume:=36", "--json")
 		require.Equal(t, exitOK, code)
 		assert.JSONEq(t, `{"content":[{"type":"text","text":"true"}],"isError":false}`, out)
@@ -199,9 +246,22 @@ func TestCommands(t *testing.T) {
 	})
 
 	t.Run("unreachable bridge", func(t *testing.T) {
-		code, _, errOut := run("", "--bridge", "http://127.0.0.1:1", "devices")
-		assert.Equal(t, exitUnreachable, code)
-		assert.Contains(t, errOut, "cannot reach the bridge at http://127.0.0.1:1")
+		for _, cmd := range []string{"devices", "watch"} {
+			code, _, errOut := run("", "--bridge", "http://127.0.0.1:1", cmd)
+			assert.Equal(t, exitUnreachable, code, cmd)
+			assert.Contains(t, errOut, "cannot reach the bridge at http://127.0.0.1:1", cmd)
+			assert.Contains(t, errOut, "start it with `go run ./cmd/bridge`", cmd)
+		}
+	})
+
+	t.Run("a listener that is not the control API", func(t *testing.T) {
+		device := "http://" + br.App.DeviceAddr().String()
+		for _, cmd := range []string{"devices", "watch", "approvals"} {
+			code, _, errOut := run("", "--bridge", device, cmd)
+			assert.Equal(t, exitUnreachable, code, cmd)
+			assert.Contains(t, errOut, device+" does not look like a devicebridge control API (404 on /api/", cmd)
+			assert.Contains(t, errOut, "the control listener is on 127.0.0.1:8080 by default: set --bridge or DEVICEBRIDGE_URL", cmd)
+		}
 	})
 
 	t.Run("watch", func(t *testing.T) {
@@ -345,7 +405,7 @@ func TestInteractOnATerminal(t *testing.T) {
 
 	t.Run("a dangerous tool is confirmed; no sends nothing", func(t *testing.T) {
 		tm := startTerm(t, br.Base, "interact", "01", "reboot")
-		tm.expect("Run self.reboot with {}?")
+		tm.expect("Run self.reboot on dev_000001? The board restarts: it is offline until it reconnects.\r\n")
 		tm.expect("yes/no> ")
 		tm.typeLine("maybe")
 		tm.expect("answer yes or no")
@@ -363,4 +423,80 @@ func TestInteractOnATerminal(t *testing.T) {
 		tm.expect("true")
 		assert.Equal(t, exitOK, tm.exitCode())
 	})
+}
+
+// TestApprovals: with --ota-approval, a board that calls the OTA endpoint
+// waits with a code on its screen; approvals lists it, approve admits it by
+// that code (or its MAC), through the control API's credentials.
+func TestApprovals(t *testing.T) {
+	br := startBridgeBoards(t, func(c *app.Config) {
+		c.OTA.Approval = true
+		c.Control.Tokens = []string{"s3cret"}
+	})
+	env := map[string]string{"DEVICEBRIDGE_URL": br.Base, "DEVICEBRIDGE_TOKEN": "s3cret"}
+	run := func(args ...string) (int, string, string) { return runCLI(t, context.Background(), env, "", args...) }
+
+	code, out, errOut := run("approvals")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `^approval is on: 0 boards wait \(at most \d+\)\nno board has called the OTA endpoint yet\n$`, out)
+
+	const mac = "02:00:00:00:0a:01"
+	req, err := http.NewRequest("POST", br.App.OTAURL(), strings.NewReader(`{"application":{"version":"2.4.2"},"board":{"type":"bread-compact-wifi"},"mac_address":"`+mac+`"}`))
+	require.NoError(t, err)
+	req.Header.Set("Device-Id", mac)
+	req.Header.Set("Client-Id", "1f0a0b0c-0000-4000-8000-0000000000a1")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var answer struct {
+		Activation struct {
+			Code string `json:"code"`
+		} `json:"activation"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
+	resp.Body.Close()
+	require.NotEmpty(t, answer.Activation.Code, "the board waits with a code")
+
+	code, out, errOut = run("approvals")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "approval is on: 1 board waits")
+	assert.Regexp(t, `(?m)^ADMISSION +CODE +DEVICE +BOARD +FIRMWARE +TRANSPORT +FIRST SEEN +LAST SEEN$`, out)
+	assert.Regexp(t, `(?m)^pending +`+answer.Activation.Code+` +`+mac+` `, out)
+	assert.Contains(t, out, "\n\nadmit one with: devicebridge approve <code or MAC>\n")
+
+	code, _, errOut = run("approve", "000000")
+	assert.Equal(t, exitNotFound, code)
+	assert.Contains(t, errOut, "no board with the activation code or MAC 000000 is waiting")
+
+	code, out, errOut = run("approve", answer.Activation.Code)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "approved "+mac)
+	code, out, _ = run("approvals")
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `(?m)^approved +- +`+mac+` `, out)
+
+	code, out, _ = run("--json", "approvals")
+	require.Equal(t, exitOK, code)
+	var list struct {
+		Devices []struct {
+			DeviceID  string `json:"device_id"`
+			Admission string `json:"admission"`
+		} `json:"devices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list.Devices, 1)
+	assert.Equal(t, "approved", list.Devices[0].Admission)
+
+	// The control API's credentials guard approvals as the rest of /api.
+	code, _, errOut = runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.Base}, "", "approve", mac)
+	assert.Equal(t, exitUnreachable, code)
+	assert.Contains(t, errOut, "set DEVICEBRIDGE_TOKEN")
+}
+
+// TestApprovalsWithoutOTA: a bridge without the OTA endpoint says so.
+func TestApprovalsWithoutOTA(t *testing.T) {
+	br := startBridgeBoards(t, func(c *app.Config) { c.OTA.Enabled = false })
+	code, _, errOut := runCLI(t, context.Background(), map[string]string{"DEVICEBRIDGE_URL": br.Base}, "", "approvals")
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "the bridge serves no OTA endpoint")
 }

@@ -105,17 +105,20 @@ func matchBoard(boards []board, name string) (board, error) {
 		}
 		return board{}, errf(exitNotFound, "%q names %d boards: %s; give more digits or the whole MAC", name, len(hits), strings.Join(ids, ", "))
 	}
-	var cands []string
+	// One suggestion per board, by the name (MAC or alias) that is
+	// closest.
+	var cands [][]string
 	for _, b := range boards {
-		cands = append(cands, b.DeviceID)
+		names := []string{b.DeviceID}
 		if b.Alias != "" {
-			cands = append(cands, b.Alias)
+			names = append(names, b.Alias)
 		}
+		cands = append(cands, names)
 	}
 	if len(boards) == 0 {
 		return board{}, errf(exitNotFound, "no board %s: the bridge has no boards connected", name)
 	}
-	return board{}, errf(exitNotFound, "no board %s%s", name, didYouMean(name, cands))
+	return board{}, errf(exitNotFound, "no board %s%s", name, didYouMeanOne(name, cands))
 }
 
 // resolveCall names what call and interact act on: the board, its tool,
@@ -137,7 +140,8 @@ func (c *cli) resolveCall(ctx context.Context, boardName, toolName string, pairs
 }
 
 // findTool resolves a tool name on a board: exact, without "self.", or a
-// unique ending ("set_volume").
+// unique ending: whole parts ("set_volume", "lamp.turn_on"), else whole
+// words ("volume", "theme" for self.screen.set_theme).
 func findTool(b board, name string) (tool, error) {
 	for _, t := range b.Tools {
 		if t.Name == name {
@@ -150,9 +154,15 @@ func findTool(b board, name string) (tool, error) {
 		}
 	}
 	var hits []tool
-	for _, t := range b.Tools {
-		if strings.HasSuffix(t.Name, "."+name) {
-			hits = append(hits, t)
+	for _, sep := range []string{".", "_"} {
+		hits = hits[:0]
+		for _, t := range b.Tools {
+			if strings.HasSuffix(t.Name, sep+name) {
+				hits = append(hits, t)
+			}
+		}
+		if len(hits) > 0 {
+			break
 		}
 	}
 	if len(hits) == 1 {
@@ -188,30 +198,53 @@ func (c *cli) boardDetail(ctx context.Context, name string) (board, error) {
 // didYouMean suggests the candidates closest to name: "; did you mean X?"
 // or "; did you mean X or Y?", or "" when none is close.
 func didYouMean(name string, cands []string) string {
+	groups := make([][]string, len(cands))
+	for i, c := range cands {
+		groups[i] = []string{c}
+	}
+	return didYouMeanOne(name, groups)
+}
+
+// distance is how far name is from the candidate c, by edit distance,
+// digits of a MAC, or containment.
+func distance(name, c string) int {
+	n, lc := strings.ToLower(name), strings.ToLower(c)
+	d := editDistance(n, lc)
+	if isMACish(lc) && len(hexOf(lc)) == 12 {
+		// A MAC: compare digits with digits, against its end when only
+		// some were given ("00:0x" is one off "00:01").
+		h, hn := hexOf(lc), alnumOf(n)
+		if len(hn) > 0 && len(hn) < len(h) {
+			d = min(d, editDistance(hn, h[len(h)-len(hn):]))
+		} else {
+			d = min(d, editDistance(hn, h))
+		}
+	}
+	if strings.Contains(lc, n) || strings.Contains(n, lc) {
+		d = min(d, 1)
+	}
+	return d
+}
+
+// didYouMeanOne is didYouMean over things with several names (a board's
+// MAC and alias): each is suggested once, by its closest name (the first
+// of equals).
+func didYouMeanOne(name string, cands [][]string) string {
 	type scored struct {
 		s string
 		d int
 	}
-	n := strings.ToLower(name)
 	var best []scored
-	for _, c := range cands {
-		lc := strings.ToLower(c)
-		d := editDistance(n, lc)
-		if isMACish(lc) && len(hexOf(lc)) == 12 {
-			// A MAC: compare digits with digits, against its end when only
-			// some were given ("00:0x" is one off "00:01").
-			h, hn := hexOf(lc), alnumOf(n)
-			if len(hn) > 0 && len(hn) < len(h) {
-				d = min(d, editDistance(hn, h[len(h)-len(hn):]))
-			} else {
-				d = min(d, editDistance(hn, h))
+	limit := max(2, len(name)/2)
+	for _, names := range cands {
+		pick := scored{d: limit + 1}
+		for _, c := range names {
+			if d := distance(name, c); d < pick.d {
+				pick = scored{c, d}
 			}
 		}
-		if strings.Contains(lc, n) || strings.Contains(n, lc) {
-			d = min(d, 1)
-		}
-		if limit := max(2, len(n)/2); d <= limit {
-			best = append(best, scored{c, d})
+		if pick.d <= limit {
+			best = append(best, pick)
 		}
 	}
 	if len(best) == 0 {

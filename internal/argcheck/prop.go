@@ -27,8 +27,13 @@ type Prop struct {
 	// Required is set when the object schema lists the argument in
 	// required.
 	Required bool
-	// Default is the declared default, compact JSON (nil when none).
+	// Default is the declared default, compact JSON (nil when none, or
+	// when the declared one is prose: see ProseDefault).
 	Default json.RawMessage
+	// IgnoredDefault is a declared default that is prose about the
+	// argument rather than a value for it (ProseDefault), compact JSON:
+	// it is not used as a default or an example.
+	IgnoredDefault json.RawMessage
 	// Min and Max are the declared numeric bounds, inclusive. For
 	// integers, exclusive bounds are turned into inclusive ones and the
 	// bounds are narrowed to int32 (a board keeps integers in a C int).
@@ -76,6 +81,9 @@ func newProp(name string, s *jsonschema.Schema) *Prop {
 	}
 	if len(s.Default) > 0 {
 		p.Default = Compact(s.Default)
+		if ProseDefault(name, s.Description, s.Format, p.Default) {
+			p.Default, p.IgnoredDefault = nil, p.Default
+		}
 	}
 	for _, e := range s.Enum {
 		if b, err := json.Marshal(e); err == nil {
@@ -183,6 +191,8 @@ func (p *Prop) describe() string {
 		b.WriteString("a date (YYYY-MM-DD)")
 	case p.Type == "string" && p.Format == "date-time":
 		b.WriteString("a date and time (RFC 3339, e.g. 2025-01-31T18:30:00Z)")
+	case p.URLish():
+		b.WriteString("a URL")
 	default:
 		b.WriteString(article(p.Types[0]) + " " + p.Types[0])
 	}
@@ -457,6 +467,10 @@ func (p *Prop) example(limit int) string {
 		return `"2025-01-31"`
 	case "date-time":
 		return `"2025-01-31T18:30:00Z"`
+	}
+	if p.URLish() && p.Pattern == "" && (p.MinLen == nil || *p.MinLen <= len(exampleURL)) &&
+		(p.MaxLen == nil || *p.MaxLen >= len(exampleURL)) && limit >= len(exampleURL)+2 {
+		return `"` + exampleURL + `"`
 	}
 	// A placeholder of "...", stretched or cut to the length bounds, so
 	// that the example passes them; stretched only up to what a board could
