@@ -481,7 +481,10 @@ function schemaProps(schema) {
 }
 
 function toolCard(tool) {
-  const props = schemaProps(tool.inputSchema);
+  // The bridge names the arguments whose default is help text, not a
+  // value (argcheck.ProseDefault): one detector for the API, CLI and here.
+  const prose = new Set(Array.isArray(tool.prose_defaults) ? tool.prose_defaults : []);
+  const props = schemaProps(tool.inputSchema).map((f) => ({ ...f, prose: prose.has(f.name) }));
   const fields = props.map(fieldFor);
   const out = el('div', { class: 'result' });
   const run = el('button', { class: 'primary', type: 'submit', text: 'Run' });
@@ -510,12 +513,11 @@ function toolCard(tool) {
 
 // fieldFor builds the input for one schema property: numbers with their
 // range, enums as selects, booleans as toggles, anything else as JSON.
-function fieldFor({ name, p, required }) {
+function fieldFor({ name, p, required, prose }) {
   const type = Array.isArray(p.type) ? p.type.find((t) => t !== 'null') : p.type;
   const label = el('span', { text: name + (p.description ? ' — ' + str(p.description) : '') }, required ? el('b', { class: 'req', text: ' *' }) : null);
   // A default that is really help text (the firmware's upgrade_firmware
   // url) is shown as a hint, never sent as a value.
-  const prose = proseDefault(name, p);
   const has = p.default !== undefined && !prose;
   let input, read;
   if (type === 'boolean') {
@@ -551,37 +553,6 @@ function fieldFor({ name, p, required }) {
   }
   const note = prose ? el('small', { class: 'note', text: "The board's default is help text, not a value: enter one." }) : null;
   return { name, node: el('label', { class: 'field' }, label, input, note), value: read };
-}
-
-// proseDefault says whether a property's default is help text rather than
-// a value: a string of several words that its type or name rules out (a
-// URL, an address, a date, a number), that repeats its description, or
-// that reads like one ("The URL of the firmware binary file…").
-const VALUE_LIKE = /(^|_)(url|uri|link|href|endpoint|host|hostname|address|addr|ip|email|mac|ssid|path|file|id|token|key|date|time)$/i;
-const NO_SPACE_FORMATS = ['uri', 'url', 'uri-reference', 'iri', 'email', 'hostname', 'ipv4', 'ipv6', 'date', 'date-time', 'time', 'uuid'];
-
-function proseDefault(name, p) {
-  const d = p.default;
-  if (typeof d !== 'string') return false;
-  const words = d.trim().split(/\s+/).filter(Boolean);
-  if (words.length < 3) return false;
-  const type = Array.isArray(p.type) ? p.type.find((t) => t !== 'null') : p.type;
-  if (type && type !== 'string') return true; // words where a number, flag or object goes
-  if (NO_SPACE_FORMATS.includes(p.format) || VALUE_LIKE.test(name)) return true;
-  if (typeof p.pattern === 'string') {
-    try { if (!new RegExp(p.pattern, 'u').test(d)) return true; } catch (_) { /* not a pattern we can read */ }
-  }
-  if (typeof p.description === 'string' && resembles(d, p.description)) return true;
-  return words.length >= 5 && /^(the|a|an)\s+\S+\s+(of|for|to|that|which)\b/i.test(d);
-}
-
-// resembles: most of a's words are in b (or b's in a).
-function resembles(a, b) {
-  const w = (t) => t.toLowerCase().match(/[a-z0-9]+/g) || [];
-  const wa = w(a), wb = new Set(w(b));
-  if (!wa.length || !wb.size) return false;
-  const shared = wa.filter((x) => wb.has(x)).length;
-  return shared / Math.min(wa.length, wb.size) >= 0.7;
 }
 
 function rangeText(p) {
@@ -650,12 +621,10 @@ function ask(step, pr, out, call) {
     const rules = pr.validation || {};
     let input, read;
     const row = el('div', { class: 'row' });
-    let def = pr.defaultValue;
-    let hint = pr.placeholder;
-    if (typeof def === 'string' && proseDefault(pr.property || '', { type: 'string', default: def, description: pr.message })) {
-      hint = def; // help text, not a value
-      def = undefined;
-    }
+    // A default that is help text never reaches a prompt: the bridge
+    // leaves it out (argcheck.ProseDefault).
+    const def = pr.defaultValue;
+    const hint = pr.placeholder;
     switch (pr.type) {
       case 'choice':
         input = el('select', { 'data-arg': pr.property }, ...(pr.choices || []).map((c) =>
