@@ -98,6 +98,9 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 		return nil, err
 	}
 	if err := a.openAccess(); err != nil {
+		if a.ota != nil {
+			_ = a.ota.Close() // frees the data directory for another try
+		}
 		return nil, err
 	}
 	a.WS = ws.NewServer(a.cfg.WebSocket, a.Hub, logger.Named("ws"))

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,7 +54,8 @@ func TestDataDirDefault(t *testing.T) {
 
 // TestStateSurvivesRestartByDefault: a bridge started from the command
 // line's defaults creates its state directory (0700), says where it is in
-// one line, and the next start finds the same credential secret there.
+// one line, refuses a second bridge while it runs, and the next start
+// finds the same credential secret there.
 func TestStateSurvivesRestartByDefault(t *testing.T) {
 	leakCheck(t)
 	state := t.TempDir()
@@ -64,7 +66,11 @@ func TestStateSurvivesRestartByDefault(t *testing.T) {
 	require.Equal(t, dir, cfg.OTA.DataDir)
 
 	core, logs := observer.New(zapcore.InfoLevel)
-	runApp(t, cfg, zap.New(core))
+	first, err := New(cfg, zap.New(core))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	require.NoError(t, first.Start(ctx))
 	info, err := os.Stat(dir)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), info.Mode().Perm())
@@ -74,6 +80,12 @@ func TestStateSurvivesRestartByDefault(t *testing.T) {
 	assert.Zero(t, logs.FilterMessageSnippet("no data_dir").Len(), "no in-memory warning")
 	secret, err := os.ReadFile(filepath.Join(dir, ota.SecretFile))
 	require.NoError(t, err)
+
+	// A second bridge on the same directory while the first runs would
+	// overwrite its approvals: refused, with the way out.
+	_, err = New(cfg, zap.NewNop())
+	require.ErrorContains(t, err, "in use by another bridge")
+	require.NoError(t, first.Shutdown(ctx))
 
 	again, err := New(cfg, zap.NewNop())
 	require.NoError(t, err)

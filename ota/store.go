@@ -170,7 +170,8 @@ type storeFile struct {
 // boards with their activation codes (such a board asks again and shows a
 // new code). Close writes everything.
 type Store struct {
-	path string // "" keeps everything in memory
+	path string   // "" keeps everything in memory
+	lock *os.File // holds the data directory (lockDir) until Close; nil in memory
 	lim  Limits
 	log  *zap.Logger
 
@@ -234,6 +235,15 @@ func OpenStore(dir string, lim Limits, now time.Time) (s *Store, dropped int, er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, 0, fmt.Errorf("ota data dir: %w", err)
 	}
+	if s.lock, err = lockDir(dir); err != nil {
+		return nil, 0, err
+	}
+	opened := s // s is nil by the time a failed return runs this
+	defer func() {
+		if err != nil {
+			opened.unlock()
+		}
+	}()
 	s.path = filepath.Join(dir, DevicesFile)
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -243,13 +253,22 @@ func OpenStore(dir string, lim Limits, now time.Time) (s *Store, dropped int, er
 		return nil, 0, fmt.Errorf("ota store: %w", err)
 	}
 	var f storeFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	if err = json.Unmarshal(data, &f); err != nil {
 		return nil, 0, fmt.Errorf("ota store %s: %w (fix or remove the file)", s.path, err)
 	}
 	if f.Version != storeVersion {
-		return nil, 0, fmt.Errorf("ota store %s: format version %d, want %d", s.path, f.Version, storeVersion)
+		err = fmt.Errorf("ota store %s: format version %d, want %d", s.path, f.Version, storeVersion)
+		return nil, 0, err
 	}
 	return s, s.load(f.Devices, now), nil
+}
+
+// unlock lets another bridge use the data directory.
+func (s *Store) unlock() {
+	if s.lock != nil {
+		_ = s.lock.Close() // closing the file drops its flock
+		s.lock = nil
+	}
 }
 
 // load keeps what the limits allow of records, the most recently seen
@@ -680,6 +699,7 @@ func (s *Store) Close() error {
 	s.writer.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unlock()
 	if s.path != "" && s.gen > s.written && s.lastErr != nil {
 		return s.lastErr
 	}

@@ -85,10 +85,30 @@ func TestStoreWritesOnlyRealChanges(t *testing.T) {
 		assert.Equal(t, before, after)
 		r, _ := s.Get(req.DeviceID)
 		assert.Equal(t, time.Unix(200, 0), r.LastSeen)
-		// No temp files left behind.
+		// No temp files left behind: the state file and the lock only.
 		entries, _ := os.ReadDir(dir)
-		assert.Len(t, entries, 1)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		assert.ElementsMatch(t, []string{DevicesFile, LockFile}, names)
 	})
+}
+
+// TestDataDirLocked: a second store on the same directory is refused, with
+// a way out, until the first closes.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first, _, err := OpenStore(dir, Limits{}, time.Now())
+	require.NoError(t, err)
+	_, _, err = OpenStore(dir, Limits{}, time.Now())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in use by another bridge")
+	assert.Contains(t, err.Error(), "--data-dir")
+	require.NoError(t, first.Close())
+	second, _, err := OpenStore(dir, Limits{}, time.Now())
+	require.NoError(t, err, "free again once the first closed")
+	require.NoError(t, second.Close())
 }
 
 // TestStoreCoalescesWrites: a thousand new boards over ten seconds cost
