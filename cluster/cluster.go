@@ -70,7 +70,7 @@ type Config struct {
 	// the board record that references it.
 	CatalogGrace time.Duration
 	// Observer, when set, is told about routed calls and failed directory
-	// writes (observe.Metrics implements it).
+	// writes (metrics.Metrics implements it).
 	Observer Observer
 	// Advertise, when set, says where boards reach this node; every
 	// heartbeat carries it, so that another node's OTA answer can send a
