@@ -45,18 +45,10 @@ func startPluginRig(t *testing.T, loadPlugin bool) *pluginRig {
 	_, err := ota.LoadOrCreateSecret(dir)
 	require.NoError(t, err)
 	var extra []string
-	if os.Geteuid() == 0 {
-		// Mosquitto started as root drops to the mosquitto user, which
-		// cannot read the test's private directory (docs/mqtt.md: make
-		// the secret readable to that user).
-		extra = append(extra, "user root")
-	}
 	if loadPlugin {
-		extra = append(extra,
-			"plugin "+mosquittotest.Plugin(t),
-			"plugin_opt_secret_file "+filepath.Join(dir, ota.SecretFile),
-			"plugin_opt_bridge_username devicebridge",
-		)
+		extra = pluginConf(t, filepath.Join(dir, ota.SecretFile))
+	} else if os.Geteuid() == 0 {
+		extra = []string{"user root"}
 	}
 	mq := mosquittotest.Start(t, extra...)
 	b := bridgetest.Start(t, func(c *app.Config) {
@@ -70,14 +62,39 @@ func startPluginRig(t *testing.T, loadPlugin bool) *pluginRig {
 	return &pluginRig{mq: mq, bridge: b, dir: dir}
 }
 
+// pluginConf is the mosquitto.conf lines that load the plugin with the
+// secret in secretFile (hex, as the bridge keeps it).
+func pluginConf(t *testing.T, secretFile string) []string {
+	t.Helper()
+	var lines []string
+	if os.Geteuid() == 0 {
+		// Mosquitto started as root drops to the mosquitto user, which
+		// cannot read the test's private directory (docs/mqtt.md: make
+		// the secret readable to that user).
+		lines = append(lines, "user root")
+	}
+	return append(lines,
+		"plugin "+mosquittotest.Plugin(t),
+		"plugin_opt_secret_file "+secretFile,
+		"plugin_opt_bridge_username devicebridge",
+	)
+}
+
 // boot boots a current-firmware board through the OTA and makes it speak
 // once (a hello), as a board does when a conversation starts.
 func (r *pluginRig) boot(t *testing.T, mac string) (*simulator.Board, *simulator.MQTTConn, *simulator.OTAResult) {
 	t.Helper()
+	return bootThroughPlugin(t, r.bridge.App.OTAURL(), mac)
+}
+
+// bootThroughPlugin boots a current-firmware board through the OTA at
+// otaURL and makes it speak once.
+func bootThroughPlugin(t *testing.T, otaURL, mac string) (*simulator.Board, *simulator.MQTTConn, *simulator.OTAResult) {
+	t.Helper()
 	board := newSimBoard(t, mac)
 	ctx, cancel := context.WithTimeout(context.Background(), pluginWait)
 	defer cancel()
-	res, conn, err := board.BootOTA(ctx, simulator.OTAConfig{URL: r.bridge.App.OTAURL()})
+	res, conn, err := board.BootOTA(ctx, simulator.OTAConfig{URL: otaURL})
 	require.NoError(t, err)
 	require.Equal(t, "mqtt", res.Transport)
 	require.NotNil(t, conn)
