@@ -137,6 +137,8 @@ func (a *App) readiness() []api.Check {
 			c.OK, c.Error = false, "MQTT is configured but its gateway is not running (see the log)"
 		case !g.Connected():
 			c.OK, c.Error = false, "the MQTT gateway is not connected to its broker (it keeps retrying)"
+		case g.DownlinkProblem() != nil:
+			c.OK, c.Error = false, g.DownlinkProblem().Error()
 		}
 		checks = append(checks, c)
 	}

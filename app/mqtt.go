@@ -5,6 +5,7 @@ package app
 // sessions. docs/mqtt.md explains the three broker setups.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +23,11 @@ import (
 // DefaultMQTTListen is where the embedded broker listens unless told
 // otherwise: the standard MQTT port, where boards are usually pointed.
 const DefaultMQTTListen = broker.DefaultListen
+
+// DefaultPluginUsername is the bridge's username on a Mosquitto with the
+// devicebridge plugin when mqtt.username is empty (the plugin's
+// plugin_opt_bridge_username).
+const DefaultPluginUsername = "devicebridge"
 
 // MQTTConfig configures the MQTT side. With Broker empty the bridge runs
 // its own broker on Listen; with Broker set it connects to that broker
@@ -122,6 +128,9 @@ func (c MQTTConfig) validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.Downlink != "" && c.Downlink != mqtt.DownlinkSubscribe && c.Broker == "" {
+		errs = append(errs, fmt.Errorf("mqtt.downlink %s needs mqtt.broker: the embedded broker reaches boards itself", c.Downlink))
+	}
 	if c.SharedBroker && c.Broker == "" {
 		errs = append(errs, errors.New("mqtt.shared_broker needs mqtt.broker: the embedded broker is each node's own"))
 	}
@@ -138,6 +147,7 @@ func registerMQTTFlags(fs *flag.FlagSet, c *MQTTConfig) {
 	fs.StringVar(&c.Listen, "mqtt-listen", c.Listen, `address of the embedded MQTT broker ("" disables it)`)
 	fs.StringVar(&c.Broker, "mqtt-broker", c.Broker, "use this external MQTT broker instead of the embedded one (tcp://host:1883, ssl://host:8883)")
 	fs.BoolVar(&c.SharedBroker, "mqtt-shared-broker", c.SharedBroker, "every node of the fleet uses this one --mqtt-broker: each board is served by exactly one node, and moves to a survivor when its node goes (needs --nats)")
+	fs.StringVar(&c.Downlink, "mqtt-downlink", c.Downlink, "how the bridge reaches boards on --mqtt-broker: subscribe (boards or the broker subscribe them), mosquitto-plugin (Mosquitto with deploy/mosquitto/devicebridge.so: boards that never subscribe, firmware 1.0+), emqx-autosubscribe")
 	fs.StringVar(&c.Username, "mqtt-username", c.Username, "the bridge's username on the external broker")
 	fs.StringVar(&c.Password, "mqtt-password", c.Password, "the bridge's password on the external broker")
 	fs.StringVar(&c.ClientID, "mqtt-client-id", c.ClientID, "the bridge's client id on the external broker (default devicebridge-<random>)")
@@ -264,6 +274,13 @@ func (a *App) startMQTT(ctx context.Context) error {
 		creds := b.GatewayCredentials()
 		gw.Broker, gw.ClientID, gw.Username, gw.Password, gw.TLS = creds.URL, creds.ClientID, creds.Username, creds.Password, mqtt.TLSConfig{}
 		side.broker, presence = b, b
+	} else if gw.Downlink == mqtt.DownlinkMosquittoPlugin {
+		// The plugin knows the bridge by this username, and derives its
+		// password from the credential secret, as the bridge does here.
+		gw.Username = cmp.Or(gw.Username, DefaultPluginUsername)
+		if gw.Password == "" && a.ota != nil {
+			gw.Password = a.ota.BridgeMQTTPassword(gw.Username)
+		}
 	}
 	g, err := mqtt.NewGateway(gw, a.Hub, presence, log.Named("gateway"))
 	if err != nil {

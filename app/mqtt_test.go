@@ -451,6 +451,7 @@ func TestMQTTConfigKeys(t *testing.T) {
   client_id: bridge-1
   tls: {ca_file: "", server_name: broker.lan}
   topics: {uplink: "up/{mac}", downlink: "down/{mac}", shared: ["hub"]}
+  downlink: subscribe
   auth: {users: [{username: u, password: p}], hmac_secret: s, allow_any_client_id: true}
   udp: {listen: ":9884", advertise: "10.0.0.9"}
   liveness: {interval: 1m30s, timeout: 7s, misses: 4}
@@ -476,6 +477,7 @@ func TestMQTTConfigKeys(t *testing.T) {
 		Username: "bridge", Password: "pw", ClientID: "bridge-1",
 		TLS:                  mqtt.TLSConfig{ServerName: "broker.lan"},
 		Topics:               mqtt.Topics{Uplink: "up/{mac}", Downlink: "down/{mac}", Shared: []string{"hub"}},
+		Downlink:             mqtt.DownlinkSubscribe,
 		UDP:                  mqtt.UDPConfig{Listen: ":9884", Advertise: "10.0.0.9"},
 		Liveness:             mqtt.LivenessConfig{Interval: 90 * time.Second, Timeout: 7 * time.Second, Misses: 4},
 		MaxMessageSize:       1000,

@@ -164,6 +164,7 @@ func (a *App) otaNetwork() ota.Network {
 		// that is loopback (then the host they used to reach the bridge).
 		if u, err := url.Parse(gw.Broker); err == nil && u.Port() != "" && (u.Scheme == "tcp" || u.Scheme == "mqtt") {
 			n.MQTT, n.MQTTPort = true, u.Port()
+			n.MQTTDirect = gw.DirectDownlink()
 			if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
 				n.MQTTHost = u.Hostname()
 			}

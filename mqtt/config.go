@@ -137,6 +137,12 @@ type Config struct {
 	TLS TLSConfig `yaml:"tls"`
 
 	Topics Topics `yaml:"topics"`
+	// Downlink says how the bridge's messages reach boards on an external
+	// broker: subscribe (the board or the broker subscribes it, as
+	// legacy firmware does), mosquitto-plugin (Mosquitto with
+	// deploy/mosquitto/devicebridge.so, which reaches boards that never
+	// subscribe) or emqx-autosubscribe (EMQX's auto_subscribe does).
+	Downlink string `yaml:"downlink"`
 
 	// KeepAlive is the bridge's own keep-alive towards the broker.
 	KeepAlive time.Duration `yaml:"keepalive"`
@@ -179,6 +185,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Topics = c.Topics.WithDefaults()
 	c.BoardLimits = c.BoardLimits.WithDefaults()
+	c.Downlink = cmp.Or(c.Downlink, DownlinkSubscribe)
 	c.UDP.Listen = cmp.Or(c.UDP.Listen, DefaultUDPListen)
 	// Only zero: a negative interval is kept as given (no liveness probes).
 	c.Liveness.Interval = cmp.Or(c.Liveness.Interval, DefaultLivenessInterval)
@@ -225,6 +232,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.UDP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateDownlink(); err != nil {
 		errs = append(errs, err)
 	}
 	// Numbers are checked by the bridge's configuration against its table

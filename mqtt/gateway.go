@@ -128,6 +128,9 @@ type Gateway struct {
 	connects, losses atomic.Int64 // bumped by paho's handlers
 	failing          atomic.Bool  // a connect attempt failed since the last success
 
+	probe   *prober   // mosquitto-plugin mode only
+	probeOK sync.Once // logs the first answer
+
 	stats counters
 	warns gatewayWarnings
 	muted muteList // boards cut off for flooding (external broker)
@@ -180,6 +183,9 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		ownerC:        make(chan struct{}, 1),
 		notOwned:      map[string]time.Time{},
 	}
+	if cfg.Downlink == DownlinkMosquittoPlugin {
+		g.probe = &prober{timeout: DefaultProbeTimeout}
+	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
 }
@@ -224,6 +230,11 @@ func (g *Gateway) Start() error {
 	if g.tls != nil {
 		opts.SetTLSConfig(g.tls)
 	}
+	if g.probe != nil {
+		// The plugin's answer to a probe arrives on a topic the bridge
+		// never subscribed to.
+		opts.SetDefaultPublishHandler(g.onUnrouted)
+	}
 	g.client = paho.NewClient(opts)
 
 	g.wg.Add(2)
@@ -233,7 +244,7 @@ func (g *Gateway) Start() error {
 	g.log.Info("mqtt gateway started", zap.String("broker", redactURL(g.cfg.Broker)),
 		zap.String("client_id", g.cfg.ClientID), zap.String("uplink", g.up.Filter()),
 		zap.String("downlink", g.cfg.Topics.Downlink), zap.String("udp", g.udp.conn.LocalAddr().String()),
-		zap.Bool("presence", g.presence != nil), zap.Bool("shared_broker", g.owner != nil))
+		zap.Bool("presence", g.presence != nil), zap.Bool("shared_broker", g.owner != nil), zap.String("downlink_mode", g.cfg.Downlink))
 	return nil
 }
 

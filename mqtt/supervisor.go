@@ -67,6 +67,10 @@ func (g *Gateway) syncConnection() {
 	}
 	first := g.subscribedAt == 0
 	g.subscribed, g.subscribedAt = true, connects
+	if g.probe != nil {
+		g.probe.reset()
+		g.probePlugin()
+	}
 	g.readyMu.Do(func() { close(g.ready) })
 	if first {
 		g.log.Info("connected to the MQTT broker", zap.String("broker", redactURL(g.cfg.Broker)), zap.String("subscribed", g.up.Filter()))
@@ -90,6 +94,7 @@ func (g *Gateway) housekeeping() {
 	if !g.subscribed {
 		return
 	}
+	g.probePlugin()
 	if g.presence == nil {
 		g.runRecovery()
 		return

@@ -111,6 +111,14 @@ func (c *Credentials) mqttPassword(deviceID, username string) string {
 	return c.derive("devicebridge/mqtt-password", deviceID, username)
 }
 
+// BridgeMQTTPassword is the bridge's own password on a Mosquitto running
+// deploy/mosquitto/devicebridge.so, for the plugin's bridge username: the
+// plugin derives the same from the same secret, so neither is configured
+// twice.
+func (c *Credentials) BridgeMQTTPassword(username string) string {
+	return c.derive("devicebridge/mqtt-bridge-password", username)
+}
+
 // VerifyWebSocketToken reports whether token is the one issued to
 // deviceID, in the current form or the one before it.
 func (c *Credentials) VerifyWebSocketToken(deviceID, token string) bool {

@@ -269,8 +269,10 @@ type Network struct {
 	// WebSocketPath is the device WebSocket path (/xiaozhi/v1/).
 	WebSocketPath string
 	// MQTT says a broker is available to boards; MQTTEmbedded that it is
-	// the bridge's own.
-	MQTT, MQTTEmbedded bool
+	// the bridge's own; MQTTDirect that it is an external broker that
+	// reaches boards that never subscribe (mqtt.downlink mosquitto-plugin
+	// or emqx-autosubscribe), so current firmware can be sent to it.
+	MQTT, MQTTEmbedded, MQTTDirect bool
 	// MQTTHost and MQTTPort are the broker's address as boards dial it;
 	// an empty host means the host the board used to reach the bridge.
 	MQTTHost, MQTTPort string
@@ -466,6 +468,12 @@ func (s *Server) CheckWebSocketToken(deviceID, clientID, token string) (issued, 
 		return false, false
 	}
 	return s.Admitted(id) && s.boundTo(id, clientID, "websocket"), false
+}
+
+// BridgeMQTTPassword is the bridge's password on a Mosquitto with the
+// devicebridge plugin, derived from the credential secret.
+func (s *Server) BridgeMQTTPassword(username string) string {
+	return s.creds.BridgeMQTTPassword(username)
 }
 
 // CheckMQTT is the embedded broker's check of a board's login, for the
@@ -776,7 +784,7 @@ func (s *Server) defaultTransport(n Network) string {
 		return TransportMQTT
 	case s.cfg.Transport != "":
 		return TransportWebSocket
-	case n.MQTTEmbedded:
+	case n.MQTTEmbedded, n.MQTTDirect:
 		return TransportMQTT
 	}
 	return TransportWebSocket

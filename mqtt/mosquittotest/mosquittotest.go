@@ -14,8 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -23,8 +25,13 @@ import (
 // RequireEnv makes a missing mosquitto a test failure instead of a skip.
 const RequireEnv = "DEVICEBRIDGE_REQUIRE_MOSQUITTO"
 
+// ValgrindEnv runs every broker under valgrind --error-exitcode=1 (CI's
+// memory step): the broker is stopped with SIGTERM at the end of the test,
+// which fails when valgrind reported an error.
+const ValgrindEnv = "DEVICEBRIDGE_MOSQUITTO_VALGRIND"
+
 // startTimeout bounds how long a starting broker may take to accept
-// connections.
+// connections (valgrind is much slower to start).
 const startTimeout = 10 * time.Second
 
 // Broker is one Mosquitto process (restartable on the same port).
@@ -34,10 +41,13 @@ type Broker struct {
 	conf string
 	port int
 
+	valgrind bool
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *syncBuffer
 	done chan struct{}
+	err  error // the process's exit, once done
 }
 
 // Find returns the mosquitto binary, skipping (or failing, under
@@ -76,10 +86,90 @@ func Start(t testing.TB, extra ...string) *Broker {
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &Broker{t: t, bin: bin, conf: conf, port: port}
+	b := &Broker{t: t, bin: bin, conf: conf, port: port, valgrind: os.Getenv(ValgrindEnv) == "1"}
 	b.Restart()
-	t.Cleanup(b.Kill)
+	if b.valgrind {
+		t.Cleanup(b.stopChecked)
+	} else {
+		t.Cleanup(b.Kill)
+	}
 	return b
+}
+
+// Logs is what the broker wrote so far (its log goes to stderr).
+func (b *Broker) Logs() string {
+	b.mu.Lock()
+	l := b.logs
+	b.mu.Unlock()
+	if l == nil {
+		return ""
+	}
+	return l.String()
+}
+
+// syncBuffer is the process's output, read while it is written.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// stopChecked ends the broker with SIGTERM, so that valgrind reports, and
+// fails the test when it exited with an error.
+func (b *Broker) stopChecked() {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.cmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	b.mu.Lock()
+	err := b.err
+	b.mu.Unlock()
+	if err != nil {
+		b.t.Errorf("mosquitto (under valgrind) exited with %v:\n%s", err, b.Logs())
+	}
+}
+
+// Plugin returns deploy/mosquitto/devicebridge.so, built with make first
+// (make does nothing when it is up to date). Without the build tools or
+// Mosquitto's headers the test is skipped, or fails under
+// DEVICEBRIDGE_REQUIRE_MOSQUITTO=1.
+func Plugin(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the source tree")
+	}
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "mosquitto")
+	out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("building the Mosquitto plugin failed (apt-get install -y build-essential mosquitto-dev libmosquitto-dev libssl-dev): %v\n%s", err, out)
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return filepath.Join(dir, "devicebridge.so")
 }
 
 // URL is the broker's tcp:// URL.
@@ -107,19 +197,31 @@ func (b *Broker) Kill() {
 func (b *Broker) Restart() {
 	b.t.Helper()
 	b.Kill()
-	logs := &bytes.Buffer{}
+	logs := &syncBuffer{}
 	cmd := exec.Command(b.bin, "-c", b.conf)
+	timeout := startTimeout
+	if b.valgrind {
+		cmd = exec.Command("valgrind", "--error-exitcode=1", "--leak-check=full", "--errors-for-leak-kinds=definite",
+			"--quiet", b.bin, "-c", b.conf)
+		timeout = 2 * time.Minute
+	}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		b.t.Fatalf("starting mosquitto: %v", err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() {
+		err := cmd.Wait()
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+		close(done)
+	}()
 	b.mu.Lock()
 	b.cmd, b.logs, b.done = cmd, logs, done
 	b.mu.Unlock()
 
-	deadline := time.Now().Add(startTimeout)
+	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", b.Addr(), 200*time.Millisecond)
 		if err == nil {
@@ -128,12 +230,12 @@ func (b *Broker) Restart() {
 		}
 		select {
 		case <-done:
-			b.t.Fatalf("mosquitto exited at start: %s", logs.String())
+			b.t.Fatalf("mosquitto exited at start: %s", b.Logs())
 		default:
 		}
 		if time.Now().After(deadline) {
 			b.Kill()
-			b.t.Fatalf("mosquitto did not accept connections within %v: %v\n%s", startTimeout, err, logs.String())
+			b.t.Fatalf("mosquitto did not accept connections within %v: %v\n%s", timeout, err, b.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
