@@ -10,9 +10,9 @@
 package bridgetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/devicebridge/devicebridge/internal/syncbuf"
 	"net/http"
 	"os"
 	"strings"
@@ -349,24 +349,7 @@ func (p *Progress) All() []*mcp.ProgressNotificationParams {
 
 // SyncBuffer is a bytes.Buffer safe to write from one goroutine (a
 // command's output, a logger) while the test reads it from another.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String is everything written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type SyncBuffer = syncbuf.Buffer
 
 // IsBenchmark reports whether t is a benchmark's.
 func IsBenchmark(t testing.TB) bool {

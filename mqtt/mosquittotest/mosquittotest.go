@@ -8,8 +8,8 @@
 package mosquittotest
 
 import (
-	"bytes"
 	"fmt"
+	"github.com/devicebridge/devicebridge/internal/syncbuf"
 	"net"
 	"os"
 	"os/exec"
@@ -45,7 +45,7 @@ type Broker struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer // the process's output, read while it is written
 	done chan struct{}
 	err  error // the process's exit, once done
 }
@@ -105,24 +105,6 @@ func (b *Broker) Logs() string {
 		return ""
 	}
 	return l.String()
-}
-
-// syncBuffer is the process's output, read while it is written.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // stopChecked ends the broker with SIGTERM, so that valgrind reports, and
@@ -197,7 +179,7 @@ func (b *Broker) Kill() {
 func (b *Broker) Restart() {
 	b.t.Helper()
 	b.Kill()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd := exec.Command(b.bin, "-c", b.conf)
 	timeout := startTimeout
 	if b.valgrind {
