@@ -78,6 +78,11 @@ type OTAConfig struct {
 	// ActivationPending is the wait after a 202 (default 3 s);
 	// ActivationRetry after any other answer (default 10 s).
 	ActivationPending, ActivationRetry time.Duration
+	// HelloOnConnect makes Fleet.RunOTA open the audio channel after each
+	// MQTT connect, as MQTTConfig.HelloOnConnect does for Fleet.RunMQTT:
+	// a bridge behind an external broker learns of a board only when it
+	// speaks.
+	HelloOnConnect bool
 }
 
 // OTAResult is what a boot through the OTA URL decided.
@@ -391,6 +396,11 @@ func (f *Fleet) RunOTA(ctx context.Context, oc OTAConfig) error {
 				return err
 			}
 			if c != nil {
+				if oc.HelloOnConnect {
+					if herr := c.OpenAudioChannel(ctx); herr != nil {
+						b.log.Warn("opening the audio channel failed", zap.Error(herr))
+					}
+				}
 				return c.Serve(ctx)
 			}
 			b.log.Debug("booted through OTA", zap.String("transport", res.Transport))

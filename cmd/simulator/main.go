@@ -167,7 +167,7 @@ func (m *Main) registerTransportFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.mqtt.PublishTopic, "mqtt-publish-topic", simulator.DefaultMQTTPublishTopic, "topic boards publish to; {mac} becomes the board's MAC with _ (use devices/up/{mac} with an external broker)")
 	fs.BoolVar(&m.mqtt.Legacy, "mqtt-legacy", false, "behave like firmware before v1.0: subscribe to --mqtt-subscribe-topic")
 	fs.StringVar(&m.mqtt.SubscribeTopic, "mqtt-subscribe-topic", "devices/p2p/{mac}", "topic legacy boards subscribe to ({mac} as above)")
-	fs.BoolVar(&m.mqtt.HelloOnConnect, "mqtt-hello", false, "open the audio channel (send hello) after connecting, so a server behind a plain broker learns of the board")
+	fs.BoolVar(&m.mqtt.HelloOnConnect, "mqtt-hello", false, "open the audio channel (send hello) after connecting over MQTT (also with --ota), so a server behind a plain broker learns of the board")
 }
 
 // parseToolDelay splits "name=duration".
@@ -258,7 +258,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	switch {
 	case m.ota != "":
-		err = fleet.RunOTA(ctx, simulator.OTAConfig{URL: m.ota})
+		err = fleet.RunOTA(ctx, simulator.OTAConfig{URL: m.ota, HelloOnConnect: m.mqtt.HelloOnConnect})
 	case m.mqtt.Endpoint != "":
 		err = fleet.RunMQTT(ctx, m.mqtt)
 	default:

@@ -10,7 +10,8 @@
 // ones held locally (no "node" field) and as many held elsewhere, then
 // sends -calls calls of -tool to each group and prints one CSV line per
 // group: group,calls,errors,p50_us,p90_us,p99_us,mean_us, then the ratio
-// of the routed p50 and mean to the local ones.
+// of the routed p50 and mean to the local ones. With -local-only (one
+// bridge, no fleet) only the local group is called and printed.
 package main
 
 import (
@@ -39,20 +40,27 @@ func main() {
 	boards := flag.Int("boards", 50, "boards per group to spread the calls over")
 	tool := flag.String("tool", "self.get_device_status", "tool to call (no arguments)")
 	timeout := flag.Duration("timeout", 30*time.Second, "per-call HTTP timeout")
+	localOnly := flag.Bool("local-only", false, "call only boards held by this node (a bridge without a fleet)")
 	flag.Parse()
-	if err := run(*api, *tool, *calls, *workers, *boards, *timeout); err != nil {
+	if err := run(*api, *tool, *calls, *workers, *boards, *timeout, *localOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "callload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(api, tool string, calls, workers, perGroup int, timeout time.Duration) error {
+func run(api, tool string, calls, workers, perGroup int, timeout time.Duration, localOnly bool) error {
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}}
 	local, remote, err := pick(client, api, perGroup)
 	if err != nil {
 		return err
 	}
-	if len(local) == 0 || len(remote) == 0 {
+	groups := []bool{false, true}
+	if localOnly {
+		groups, remote = groups[:1], nil
+		if len(local) == 0 {
+			return fmt.Errorf("no ready boards held here")
+		}
+	} else if len(local) == 0 || len(remote) == 0 {
 		return fmt.Errorf("need ready boards held here and elsewhere; found %d local and %d remote", len(local), len(remote))
 	}
 	body, _ := json.Marshal(map[string]any{"name": tool, "arguments": map[string]any{}})
@@ -89,13 +97,15 @@ func run(api, tool string, calls, workers, perGroup int, timeout time.Duration) 
 	// Alternate local and routed calls so both see the same conditions.
 	for i := range calls {
 		jobs <- job{id: local[i%len(local)], routed: false}
-		jobs <- job{id: remote[i%len(remote)], routed: true}
+		if !localOnly {
+			jobs <- job{id: remote[i%len(remote)], routed: true}
+		}
 	}
 	close(jobs)
 	wg.Wait()
 	fmt.Println("group,calls,errors,p50_us,p90_us,p99_us,mean_us")
 	stats := map[bool][2]float64{}
-	for _, routed := range []bool{false, true} {
+	for _, routed := range groups {
 		name := "local"
 		if routed {
 			name = "routed"
@@ -106,7 +116,7 @@ func run(api, tool string, calls, workers, perGroup int, timeout time.Duration) 
 		stats[routed] = [2]float64{p50, mean}
 		fmt.Printf("%s,%d,%d,%.0f,%.0f,%.0f,%.0f\n", name, len(d), errs[routed], p50, us(pct(d, 90)), us(pct(d, 99)), mean)
 	}
-	if stats[false][0] > 0 && stats[false][1] > 0 {
+	if !localOnly && stats[false][0] > 0 && stats[false][1] > 0 {
 		fmt.Printf("ratio routed/local: p50 %.2f, mean %.2f\n", stats[true][0]/stats[false][0], stats[true][1]/stats[false][1])
 	}
 	return nil

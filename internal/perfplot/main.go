@@ -117,6 +117,11 @@ func run(dir, doc, readme string) error {
 			fmt.Fprintf(&b, "| %s | %s | %g |\n", strings.TrimPrefix(name, "BenchmarkFanout/"), k, fan[name][k])
 		}
 	}
+	mosq, err := readMosquitto(filepath.Join(dir, "mosquitto.csv"))
+	if err != nil {
+		return err
+	}
+	b.WriteString(mosquittoTable(mosq))
 	b.WriteString("\n<!-- END GENERATED -->")
 	if err := rewrite(doc, docSection, b.String()); err != nil {
 		return err
@@ -125,6 +130,84 @@ func run(dir, doc, readme string) error {
 		return nil
 	}
 	return rewrite(readme, readmeSection, summary(rows))
+}
+
+// readMosquitto reads the runs of scripts/mosquitto-plugin-runs.sh; a
+// missing file is no runs.
+func readMosquitto(path string) ([][]string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var rows [][]string
+	for _, rec := range recs {
+		if len(rec) < 10 || rec[0] == "broker" {
+			continue
+		}
+		rows = append(rows, rec)
+	}
+	return rows, nil
+}
+
+// mosquittoTable is the Mosquitto-with-the-plugin against embedded-broker
+// comparison: one row per broker and N, in the order of the run. A figure
+// that was not measured is written as such, never left as a blank.
+func mosquittoTable(rows [][]string) string {
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n### Mosquitto with the plugin against the embedded broker (`scripts/mosquitto-plugin-runs.sh`)\n\n")
+	b.WriteString("| broker | boards | ready (s) | calls (errors) | call p50 / p99 (ms) | broker RSS (MiB) | bridge RSS (MiB) | bridge RSS right after the burst (MiB) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	mib := func(s string) string {
+		if v, err := strconv.ParseFloat(s, 64); err == nil {
+			return fmt.Sprintf("%.0f", v/1024)
+		}
+		return "not measured"
+	}
+	ms := func(s string) string {
+		if v, err := strconv.ParseFloat(s, 64); err == nil {
+			return fmt.Sprintf("%.1f", v/1000)
+		}
+		return "–"
+	}
+	for _, r := range rows {
+		broker := map[string]string{"mosquitto": "Mosquitto + plugin", "embedded": "embedded"}[r[0]]
+		if broker == "" {
+			broker = r[0]
+		}
+		n, _ := strconv.Atoi(r[1])
+		ready := "–"
+		if v, err := strconv.ParseFloat(r[2], 64); err == nil {
+			ready = fmt.Sprintf("%.1f", v)
+		} else if len(r) > 10 && r[10] != "" {
+			ready = "not all in time (" + r[10] + " ready)"
+		} else {
+			ready = "not all in time"
+		}
+		brokerRSS := mib(r[7])
+		if r[0] == "embedded" {
+			brokerRSS = "in the bridge"
+		}
+		calls := "not measured"
+		if r[3] != "" {
+			calls = fmt.Sprintf("%s (%s)", r[3], r[4])
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s | %s | %s | %s |\n", broker, thousands(n), ready, calls,
+			ms(r[5]), ms(r[6]), brokerRSS, mib(r[8]), mib(r[9]))
+	}
+	return b.String()
 }
 
 // rewrite replaces the section re matches in path with section.

@@ -16,7 +16,7 @@ func copyRuns(t *testing.T) (dir, doc, readme string) {
 	root := t.TempDir()
 	dir = filepath.Join(root, "perf")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	for _, name := range []string{"scale.csv", "hop.txt", "fanout.txt", "machine.txt"} {
+	for _, name := range []string{"scale.csv", "hop.txt", "fanout.txt", "machine.txt", "mosquitto.csv"} {
 		b, err := os.ReadFile(filepath.Join("../../docs/perf", name))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
@@ -70,4 +70,31 @@ func TestReadmeSectionRewritten(t *testing.T) {
 	require.NoError(t, os.WriteFile(readme, []byte("no markers\n"), 0o644))
 	assert.ErrorContains(t, run(dir, doc, readme), "no generated section")
 	assert.NoError(t, run(dir, doc, ""), "no README to rewrite")
+}
+
+// TestMosquittoTable: the plugin comparison is one row per broker and N,
+// latencies in ms, RSS in MiB, and a run that missed its deadline or a
+// figure that is missing says so instead of showing a number.
+func TestMosquittoTable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mosquitto.csv")
+	rows, err := readMosquitto(path)
+	require.NoError(t, err)
+	assert.Empty(t, rows, "no file, no runs")
+	assert.Empty(t, mosquittoTable(rows), "and no table")
+	require.NoError(t, os.WriteFile(path, []byte(
+		"broker,n,ready_s,calls,call_errors,p50_us,p99_us,broker_rss_kib,bridge_rss_kib,bridge_rss_burst_kib,ready_n\n"+
+			"mosquitto,1000,1.57,1000,0,1645,7316,9664,70540,100020,1000\n"+
+			"embedded,1000,1.63,1000,0,1800,8673,,104816,153640,1000\n"+
+			"mosquitto,10000,timeout,10000,2,1628,11723,18952,392184,561476,9000\n"+
+			"embedded,10000,18.4,,,,,,747284,1035220\n"), 0o644))
+	rows, err = readMosquitto(path)
+	require.NoError(t, err)
+	assert.Equal(t, "\n### Mosquitto with the plugin against the embedded broker (`scripts/mosquitto-plugin-runs.sh`)\n\n"+
+		"| broker | boards | ready (s) | calls (errors) | call p50 / p99 (ms) | broker RSS (MiB) | bridge RSS (MiB) | bridge RSS right after the burst (MiB) |\n"+
+		"|---|---:|---:|---:|---:|---:|---:|---:|\n"+
+		"| Mosquitto + plugin | 1,000 | 1.6 | 1000 (0) | 1.6 / 7.3 | 9 | 69 | 98 |\n"+
+		"| embedded | 1,000 | 1.6 | 1000 (0) | 1.8 / 8.7 | in the bridge | 102 | 150 |\n"+
+		"| Mosquitto + plugin | 10,000 | not all in time (9000 ready) | 10000 (2) | 1.6 / 11.7 | 19 | 383 | 548 |\n"+
+		"| embedded | 10,000 | 18.4 | not measured | – / – | in the bridge | 730 | 1011 |\n", mosquittoTable(rows))
 }
