@@ -28,9 +28,6 @@ const (
 	// board answers one request at a time, so a handful is plenty; beyond
 	// it messages are dropped and counted, never buffered without limit.
 	DefaultInboxSize = 32
-	// DefaultDiscoveryQueue bounds first messages from boards the gateway
-	// has no session for yet.
-	DefaultDiscoveryQueue = 256
 	// DefaultUDPListen is where audio datagrams are accepted (the port the
 	// existing gateways advertise).
 	DefaultUDPListen = ":8884"

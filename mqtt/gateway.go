@@ -120,7 +120,7 @@ type Gateway struct {
 	adopt, release map[string]struct{}
 	ownerC         chan struct{}
 
-	discover chan discovery
+	discover *pending // first messages of boards without a link (pending.go)
 	wake     chan struct{}
 	ready    chan struct{}
 	readyMu  sync.Once
@@ -172,7 +172,7 @@ func NewGateway(cfg Config, hub *device.Hub, presence Presence, logger *zap.Logg
 		up:            MustTemplate(cfg.Topics.Uplink),
 		down:          MustTemplate(cfg.Topics.Downlink),
 		links:         map[string]*link{},
-		discover:      make(chan discovery, DefaultDiscoveryQueue),
+		discover:      newPending(DefaultDiscoveryBoards, DefaultDiscoveryBytes),
 		wake:          make(chan struct{}, 1),
 		ready:         make(chan struct{}),
 		attempted:     map[string]attempt{},

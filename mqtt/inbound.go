@@ -54,11 +54,10 @@ func (g *Gateway) onMessage(_ paho.Client, m paho.Message) {
 		g.stats.notOwned.Add(1) // another bridge on the shared broker serves it
 		return
 	}
-	select {
-	case g.discover <- discovery{deviceID: id, key: TopicKey(id), payload: payload}:
-	default:
+	if !g.discover.add(discovery{deviceID: id, key: TopicKey(id), payload: payload}) {
 		g.stats.unattrib.Add(1)
-		g.warns.discoveryFull.Warn(g.log, "discovery queue full; dropped a message from an unknown board", zap.String("device_id", id))
+		g.warns.discoveryFull.Warn(g.log, "too many messages from boards not yet discovered; dropped one", zap.String("device_id", id),
+			zap.Int("max_boards", DefaultDiscoveryBoards), zap.Int("max_bytes", DefaultDiscoveryBytes))
 	}
 }
 

@@ -26,8 +26,10 @@ func (g *Gateway) supervise() {
 			if g.subscribed {
 				g.reconcile(false)
 			}
-		case d := <-g.discover:
-			g.handleDiscovery(d)
+		case <-g.discover.ready:
+			for _, d := range g.discover.take(discoveryBatch) {
+				g.handleDiscovery(d)
+			}
 		case <-g.ownerC:
 			g.ownerWork()
 		case <-tick.C:
