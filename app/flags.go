@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/devicebridge/devicebridge/internal/editdist"
 )
 
 // parseFlags parses args into fs and returns an error of one line that
@@ -174,7 +176,7 @@ func closestFlag(fs *flag.FlagSet, name string) string {
 	best, bestDist := "", -1
 	var containing []string
 	fs.VisitAll(func(f *flag.Flag) {
-		d := editDistance(name, f.Name)
+		d := editdist.Distance(name, f.Name)
 		if bestDist < 0 || d < bestDist {
 			best, bestDist = f.Name, d
 		}
@@ -189,25 +191,4 @@ func closestFlag(fs *flag.FlagSet, name string) string {
 		return containing[0]
 	}
 	return ""
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

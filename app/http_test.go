@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -144,35 +145,8 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // when a write fails or the test ends.
 func slowPOST(t *testing.T, addr net.Addr, path string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr.String())
-	require.NoError(t, err)
-	_, err = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
-		"Device-Id: 02:00:00:00:00:09\r\nClient-Id: 5b1c2a3e-0000-4000-8000-000000000009\r\nContent-Length: 100000\r\n\r\n{", path, addr)
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if _, err := c.Write([]byte(" ")); err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		_ = c.Close()
-		wg.Wait()
-	})
-	return c
+	return bridgetest.Dribble(t, addr, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Device-Id: 02:00:00:00:00:09\r\nClient-Id: 5b1c2a3e-0000-4000-8000-000000000009\r\nContent-Length: 100000\r\n\r\n{", path, addr), ' ')
 }
 
 // TestSlowBodiesCutOff: a request whose body dribbles in is dropped once

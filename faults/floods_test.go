@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -439,38 +440,9 @@ func closedByServer(c net.Conn) bool {
 }
 
 // dribble starts a request on addr that sends head and then one byte of
-// filler every 20 ms for as long as the server takes it. It returns the
-// connection; the dribble ends when a write fails or the test ends.
+// filler every 20 ms for as long as the server takes it.
 func dribble(t *testing.T, addr net.Addr, head string) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr.String())
-	require.NoError(t, err)
-	_, err = io.WriteString(c, head)
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if _, err := c.Write([]byte("x")); err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		_ = c.Close()
-		wg.Wait()
-	})
-	return c
+	return bridgetest.Dribble(t, addr, head, 'x')
 }
 
 // TestConnectionFlood: 60 keep-alive connections held idle against a

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/devicebridge/devicebridge/internal/editdist"
 )
 
 // hexOf keeps the hex digits of s, lower-cased ("02:00:0A" → "02000a").
@@ -209,15 +211,15 @@ func didYouMean(name string, cands []string) string {
 // digits of a MAC, or containment.
 func distance(name, c string) int {
 	n, lc := strings.ToLower(name), strings.ToLower(c)
-	d := editDistance(n, lc)
+	d := editdist.Distance(n, lc)
 	if isMACish(lc) && len(hexOf(lc)) == 12 {
 		// A MAC: compare digits with digits, against its end when only
 		// some were given ("00:0x" is one off "00:01").
 		h, hn := hexOf(lc), alnumOf(n)
 		if len(hn) > 0 && len(hn) < len(h) {
-			d = min(d, editDistance(hn, h[len(h)-len(hn):]))
+			d = min(d, editdist.Distance(hn, h[len(h)-len(hn):]))
 		} else {
-			d = min(d, editDistance(hn, h))
+			d = min(d, editdist.Distance(hn, h))
 		}
 	}
 	if strings.Contains(lc, n) || strings.Contains(n, lc) {
@@ -258,25 +260,4 @@ func didYouMeanOne(name string, cands [][]string) string {
 		}
 	}
 	return fmt.Sprintf("; did you mean %s?", strings.Join(out, " or "))
-}
-
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/devicebridge/devicebridge/internal/editdist"
 )
 
 // The firmware declares arguments of three types only (boolean, integer,
@@ -505,27 +507,13 @@ func (s *Schema) Closest(name string) string {
 	return best
 }
 
+// editDistance is editdist.Distance for names a caller sent: longer ones
+// are never close to anything, and the cost stays bounded.
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return math.MaxInt
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return editdist.Distance(a, b)
 }
 
 // Published is the schema to show callers: the board's own, unless it had

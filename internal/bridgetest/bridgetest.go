@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"github.com/devicebridge/devicebridge/internal/syncbuf"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -350,6 +352,42 @@ func (p *Progress) All() []*mcp.ProgressNotificationParams {
 // SyncBuffer is a bytes.Buffer safe to write from one goroutine (a
 // command's output, a logger) while the test reads it from another.
 type SyncBuffer = syncbuf.Buffer
+
+// Dribble opens a connection to addr, sends head, then one filler byte
+// every 20 ms for as long as the server takes them: a slow client, for
+// tests of read timeouts. The dribble ends when a write fails or the test
+// ends (the connection is closed then).
+func Dribble(t testing.TB, addr net.Addr, head string, filler byte) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr.String())
+	require.NoError(t, err)
+	_, err = io.WriteString(c, head)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.Write([]byte{filler}); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		_ = c.Close()
+		wg.Wait()
+	})
+	return c
+}
 
 // IsBenchmark reports whether t is a benchmark's.
 func IsBenchmark(t testing.TB) bool {
