@@ -183,6 +183,10 @@ type Server struct {
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
 
+	// logSessions are the legacy sessions that asked for log messages
+	// (clientlog.go).
+	logSessions logSessions
+
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -223,7 +227,8 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"list_devices shows the boards, describe_device shows one board's tools and their arguments, and " +
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact},
+		Logging: &mcp.LoggingCapabilities{}} // clientlog.go
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
@@ -251,6 +256,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			}
 		},
 	})
+	s.mcp.AddReceivingMiddleware(s.notesMiddleware, s.setLevelMiddleware) // notes.go, clientlog.go
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
 	if opts.Observer != nil {
@@ -517,8 +523,8 @@ func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
 	}
 }
 
-// call validates the arguments, runs the tool on its board with progress
-// heartbeats, and converts the outcome.
+// call validates the arguments, runs the tool on its board (telling the
+// caller its steps, notes.go), and converts the outcome.
 func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -534,11 +540,15 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	}
 
 	start := time.Now()
-	stop := s.heartbeat(ctx, req, e)
+	notes := notesOf(ctx) // progress and log messages for the caller (notes.go)
+	callCtx := ctx
+	if notes != nil {
+		notes.waiting(e)
+		callCtx = device.WithCallStages(ctx, notes.stage(e))
+	}
 	// The Hub checks the tool and its arguments (one validation path for
 	// every caller) before anything reaches the board.
-	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, args)
-	stop()
+	res, err := s.hub.CallTool(callCtx, e.deviceID, e.tool.Name, args)
 	took := time.Since(start)
 
 	var out *mcp.CallToolResult
@@ -553,6 +563,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 			outcome = outcomeToolError
 		}
 	}
+	notes.answered(e, outcome, took)
 	s.auditCall(ctx, e, args, outcome, took)
 	level := zap.InfoLevel
 	switch device.Code(outcome) {
@@ -572,45 +583,3 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 }
 
 func (e *entry) label() string { return labelOf(e.alias, e.board, e.deviceID) }
-
-// heartbeat sends notifications/progress every ProgressInterval while the
-// call waits for its board, if the client asked for progress. The returned
-// function stops it and waits for it.
-func (s *Server) heartbeat(ctx context.Context, req *mcp.CallToolRequest, e *entry) (stop func()) {
-	if req == nil || req.Session == nil || s.opts.ProgressInterval < 0 {
-		return func() {}
-	}
-	token := req.Params.GetProgressToken()
-	if token == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(s.opts.ProgressInterval)
-		defer tick.Stop()
-		start := time.Now()
-		for n := 1; ; n++ {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: token,
-				Progress:      float64(n),
-				Message: fmt.Sprintf("still waiting for board %q to finish %s (%ds)", e.alias, e.tool.Name,
-					int(time.Since(start).Seconds())),
-			})
-			if err != nil {
-				s.log.Debug("progress notification not delivered", zap.String("device_id", e.deviceID),
-					zap.String("tool", e.tool.Name), zap.Error(err))
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
-}
