@@ -63,7 +63,10 @@ func passes(level, min mcp.LoggingLevel) bool {
 // clientLog sends log messages to one client at its level, within its
 // rate bucket.
 type clientLog struct {
-	ss      *mcp.ServerSession
+	// out sends a message: the session's Log, which filters by the same
+	// level once more (the session's setLevel, or the request's _meta in
+	// the modern era).
+	out     func(context.Context, *mcp.LoggingMessageParams) error
 	level   mcp.LoggingLevel
 	bucket  *rate.Limiter
 	dropped *atomic.Int64
@@ -91,9 +94,7 @@ func (c *clientLog) send(ctx context.Context, log *zap.Logger, level mcp.Logging
 }
 
 func (c *clientLog) write(ctx context.Context, log *zap.Logger, level mcp.LoggingLevel, data map[string]any) {
-	// ServerSession.Log filters by the same level once more: by the
-	// session's setLevel, or the request's _meta in the modern era.
-	err := c.ss.Log(ctx, &mcp.LoggingMessageParams{Level: level, Logger: clientLoggerName, Data: data})
+	err := c.out(ctx, &mcp.LoggingMessageParams{Level: level, Logger: clientLoggerName, Data: data})
 	if err != nil {
 		log.Debug("log message to the client not delivered", zap.Error(err))
 	}
@@ -161,7 +162,7 @@ func (l *logSessions) of(ss *mcp.ServerSession) *clientLog {
 	if !ok {
 		return nil
 	}
-	return &clientLog{ss: ss, level: e.level, bucket: e.bucket, dropped: &e.dropped}
+	return &clientLog{out: ss.Log, level: e.level, bucket: e.bucket, dropped: &e.dropped}
 }
 
 // listener is a legacy session that set a level, as board news sees it.
@@ -182,7 +183,7 @@ func (l *logSessions) listeners(srv *mcp.Server, level mcp.LoggingLevel) []liste
 	var out []listener
 	for ss, e := range l.m {
 		if passes(level, e.level) {
-			out = append(out, listener{log: &clientLog{ss: ss, level: e.level, bucket: e.bucket, dropped: &e.dropped}, id: e.id})
+			out = append(out, listener{log: &clientLog{out: ss.Log, level: e.level, bucket: e.bucket, dropped: &e.dropped}, id: e.id})
 		}
 	}
 	return out
@@ -208,7 +209,7 @@ func (s *Server) callerLog(ss *mcp.ServerSession, meta mcp.Meta) *clientLog {
 	if _, ok := logSeverity[mcp.LoggingLevel(level)]; !ok {
 		return nil
 	}
-	return &clientLog{ss: ss, level: mcp.LoggingLevel(level), bucket: rate.NewLimiter(clientLogRate, clientLogBurst),
+	return &clientLog{out: ss.Log, level: mcp.LoggingLevel(level), bucket: rate.NewLimiter(clientLogRate, clientLogBurst),
 		dropped: new(atomic.Int64)}
 }
 

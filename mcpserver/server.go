@@ -304,13 +304,26 @@ func (s *Server) Run(ctx context.Context) {
 	defer context.AfterFunc(s.ctx, cancel)()
 	sub := s.hub.Subscribe()
 	defer sub.Close()
+	// Board news for the clients that asked for log messages
+	// (boardnews.go), sent by a goroutine of its own.
+	news := newBoardNews()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.runNews(ctx, news) }()
+	defer func() { cancel(); wg.Wait() }()
 	s.Sync()
 	for {
 		select {
 		case <-sub.C():
-			sub.Next() // the snapshot below is the truth; events only wake us
+			// The snapshot below is the truth; events only wake us, and
+			// give the news.
+			evs := sub.Next()
+			before := s.cat.Load()
 			start := time.Now()
 			changed := s.sync()
+			if s.logSessions.any() {
+				news.add(evs, before, s.cat.Load())
+			}
 			// A sync costs time in proportion to the fleet. Under a burst
 			// (thousands of boards connecting, or coming back after a
 			// restart) leave as long again before the next one: events pile
