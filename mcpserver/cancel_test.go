@@ -101,7 +101,7 @@ func TestProgressHeartbeats(t *testing.T) {
 			board := `board "dev_000001" (bread-compact-wifi, 02:00:00:00:00:01)`
 			assert.Equal(t, "received call of self.lamp.turn_on for "+board, events[0].Message)
 			assert.Equal(t, "sent self.lamp.turn_on to "+board, events[1].Message)
-			assert.Regexp(t, `^`+regexp.QuoteMeta(board)+` answered self.lamp.turn_on in [0-9.]+m?s$`, events[len(events)-1].Message)
+			assert.Regexp(t, `^`+regexp.QuoteMeta(board)+` answered self.lamp.turn_on in [0-9.]+(µs|ms|s)$`, events[len(events)-1].Message)
 			assert.Len(t, heartbeats(events), len(events)-3, "between sent and answered, only heartbeats")
 			for i, ev := range events {
 				assert.Equal(t, "lamp-"+era, ev.ProgressToken)

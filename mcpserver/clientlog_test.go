@@ -110,7 +110,7 @@ func TestCallLogMessages(t *testing.T) {
 				assert.NotContains(t, string(data), payload)
 			}
 			assert.Equal(t, "ok", field(msgs[2], "outcome"))
-			assert.Regexp(t, `^board "dev_000001" \(bread-compact-wifi, 02:00:00:00:00:01\) answered self.screen.set_theme in [0-9.]+m?s$`,
+			assert.Regexp(t, `^board "dev_000001" \(bread-compact-wifi, 02:00:00:00:00:01\) answered self.screen.set_theme in [0-9.]+(µs|ms|s)$`,
 				field(msgs[2], "message"))
 
 			// At warning: a call that went well says nothing; a board that

@@ -291,9 +291,9 @@ func (n *callNotes) answered(e *entry, outcome string, took time.Duration) {
 	var msg string
 	switch device.Code(outcome) {
 	case outcomeOK:
-		level, msg = "debug", fmt.Sprintf("board %s answered %s in %s", label, e.tool.Name, roundDuration(boardTime(sent, took)))
+		level, msg = "debug", fmt.Sprintf("board %s answered %s in %s", label, e.tool.Name, stepDuration(boardTime(sent, took)))
 	case outcomeToolError:
-		level, msg = "info", fmt.Sprintf("board %s answered %s in %s with an error result", label, e.tool.Name, roundDuration(boardTime(sent, took)))
+		level, msg = "info", fmt.Sprintf("board %s answered %s in %s with an error result", label, e.tool.Name, stepDuration(boardTime(sent, took)))
 	case device.CodeDeviceError:
 		level, msg = "info", fmt.Sprintf("board %s refused %s (it returned an error)", label, e.tool.Name)
 	case device.CodeInvalidArguments, device.CodeUnknownTool:
@@ -332,6 +332,15 @@ func boardTime(sent time.Time, took time.Duration) time.Duration {
 		return took
 	}
 	return time.Since(sent)
+}
+
+// stepDuration shows how long a step took: to the tenth of a millisecond
+// for the fastest, like roundDuration beyond.
+func stepDuration(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return roundDuration(d)
 }
 
 func plural(n int, one, many string) string {
