@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 logging is deprecated in 2026-07-28 (SEP-2577) but still defined there, per request, and served in both eras
+
 package mcpserver
 
 import (

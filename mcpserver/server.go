@@ -227,8 +227,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"list_devices shows the boards, describe_device shows one board's tools and their arguments, and " +
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact},
-		Logging: &mcp.LoggingCapabilities{}} // clientlog.go
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	//lint:ignore SA1019 deprecated in 2026-07-28, still defined there (per request) and served in both eras (clientlog.go)
+	caps.Logging = &mcp.LoggingCapabilities{}
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
