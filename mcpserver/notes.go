@@ -142,6 +142,9 @@ func (n *callNotes) finish() {
 func (n *callNotes) run() {
 	defer close(n.done)
 	interval := n.s.opts.ProgressInterval
+	if n.token == nil && !n.log.wants("debug") {
+		interval = 0 // nobody to hear the heartbeats
+	}
 	var beat *time.Timer
 	var beatC <-chan time.Time
 	defer func() {
@@ -151,15 +154,15 @@ func (n *callNotes) run() {
 	}()
 	for {
 		n.mu.Lock()
-		queue, finished, waiting := n.queue, n.finished, !n.waitFrom.IsZero()
+		queue, finished, waiting, dropped := n.queue, n.finished, !n.waitFrom.IsZero(), n.dropped
 		n.queue = nil
 		n.mu.Unlock()
 		for _, nt := range queue {
 			n.send(nt)
 		}
 		if finished {
-			if n.dropped > 0 {
-				n.s.log.Debug("call steps not reported: too many", zap.Int("dropped", n.dropped))
+			if dropped > 0 {
+				n.s.log.Debug("call steps not reported: too many", zap.Int("dropped", dropped))
 			}
 			return
 		}

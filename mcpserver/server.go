@@ -99,8 +99,10 @@ type Options struct {
 	// 429 with Retry-After and a JSON-RPC error.
 	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
 	// ProgressInterval is how often a call still waiting for its board
-	// sends notifications/progress, when the client gave a progress token.
-	// Negative disables the heartbeats.
+	// sends notifications/progress, when the client gave a progress token
+	// (and a debug log message, when it asked for those). Negative
+	// disables the heartbeats; the call's steps are reported regardless
+	// (notes.go).
 	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// EventStoreBytes bounds the memory kept for resuming legacy streams.
 	EventStoreBytes int `yaml:"event_store_bytes"`
