@@ -289,3 +289,59 @@ func TestBoardNews(t *testing.T) {
 	assert.Empty(t, silent.all())
 	assert.Empty(t, warnings.all())
 }
+
+// TestHeartbeatLogMessages: a caller that asked for debug messages but
+// gave no progress token hears the heartbeats as log messages while its
+// board works.
+func TestHeartbeatLogMessages(t *testing.T) {
+	release := make(chan struct{})
+	b, _ := slowBridge(t, 0, release)
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			rec := &logRecorder{}
+			cs := b.Client(era, &mcp.ClientOptions{LoggingMessageHandler: rec.Handle})
+			ctx, cancel := withTimeout(10 * time.Second)
+			defer cancel()
+			params := &mcp.CallToolParams{Name: upstreamName(macA, slowTool)}
+			if era == legacy {
+				require.NoError(t, cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}))
+			} else {
+				params.Meta = mcp.Meta{"io.modelcontextprotocol/logLevel": "debug"}
+			}
+			type outcome struct {
+				res *mcp.CallToolResult
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := cs.CallTool(ctx, params)
+				done <- outcome{res, err}
+			}()
+			require.Eventually(t, func() bool {
+				for _, m := range rec.all() {
+					if field(m, "event") == "waiting" {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 5*time.Millisecond, "no heartbeat while the board works")
+			var out outcome
+			select {
+			case release <- struct{}{}: // taken once the board reaches the hold
+				out = <-done
+			case out = <-done:
+				t.Fatalf("the call ended before the board finished it: %v", out.err)
+			}
+			require.NoError(t, out.err)
+			require.False(t, out.res.IsError, text(out.res))
+			msgs := rec.all()
+			for _, m := range msgs {
+				if field(m, "event") == "waiting" {
+					assert.Equal(t, mcp.LoggingLevel("debug"), m.Level)
+					assert.Contains(t, field(m, "message"), `still waiting for board "dev_000001" to finish self.lamp.turn_on (`)
+				}
+			}
+			assert.Equal(t, "received", field(msgs[0], "event"))
+		})
+	}
+}
