@@ -81,10 +81,15 @@ go build -o "$work/bin/bridge" ./cmd/bridge
 
 # Default configuration except what the profile needs; ports are chosen by
 # the kernel and read back from the log.
+# TODO(issue 20, defect 1): drop --mcp-rate-limit -1 once the default rate
+# limit no longer trips a stateless 2026-07-28 client: one suite run gets
+# "HTTP 429 text/plain" (input-required-result-validate-input) from the
+# default of 20 requests/s.
 "$work/bin/bridge" \
   --control-listen 127.0.0.1:0 --device-listen 127.0.0.1:0 --mqtt-listen "" --data-dir "" \
   --simulate 2 --simulate-profile conformance \
   --mcp-alias 02:00:00:00:00:01=test --mcp-alias 02:00:00:00:00:02=json \
+  --mcp-rate-limit -1 \
   --log-format json >"$out/bridge.log" 2>&1 &
 bridge_pid=$!
 control=""
