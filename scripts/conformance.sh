@@ -109,6 +109,7 @@ status=0
 run_suite() { # dir-in-cache version-label suite
   local pkg=$cache/node_modules/$1/dist/index.js label=$2 suite=$3
   echo "== conformance $label (--suite $suite)"
+  rm -rf "${out:?}/$label"
   # The suite's own exit status says whether everything passed, which is
   # not the question here: the comparison below decides.
   "$node" "$pkg" server --url "$url" --suite "$suite" -o "$out/$label" >"$out/$label.txt" 2>&1 || true

@@ -109,6 +109,10 @@ func readRuns(dir string) ([]result, error) {
 		return nil, err
 	}
 	var out []result
+	// A scenario run twice into one directory (an --out reused) counts
+	// once, as its latest run: ReadDir sorts by name, and names end with
+	// the time.
+	latest := map[string]int{}
 	for _, v := range versions {
 		if !v.IsDir() {
 			continue
@@ -127,6 +131,11 @@ func readRuns(dir string) ([]result, error) {
 				return nil, err
 			}
 			r.version, r.scenario = v.Name(), m[1]
+			if i, seen := latest[r.key()]; seen {
+				out[i] = r
+				continue
+			}
+			latest[r.key()] = len(out)
 			out = append(out, r)
 		}
 	}

@@ -60,6 +60,10 @@ func TestCompare(t *testing.T) {
 	writeRun(t, runs, "0.1.16", "a", failing)
 	writeRun(t, runs, "0.1.16", "b", passing)
 	writeRun(t, runs, "0.1.16", "e", failing)
+	// An older run of b, in the same directory, does not count.
+	d := filepath.Join(runs, "0.1.16", "server-b-2025-01-02T03-04-05-678Z")
+	require.NoError(t, os.MkdirAll(d, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(d, "checks.json"), []byte(failing), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(runs, "bridge.log"), []byte("not a run"), 0o644))
 
 	var out bytes.Buffer
@@ -74,9 +78,9 @@ func TestCompare(t *testing.T) {
 	assert.Contains(t, report, "0.1.16: 1 of 3 scenarios pass (3 checks passed, 2 failed); baseline 2 of 3")
 	assert.Contains(t, report, "scripts/conformance.sh --update")
 	assert.NotContains(t, report, "0.2.0-alpha.1:", "a version not run is not compared")
-	d, err := os.ReadFile(doc)
+	written, err := os.ReadFile(doc)
 	require.NoError(t, err)
-	assert.Contains(t, string(d), "stale", "only -update rewrites the table")
+	assert.Contains(t, string(written), "stale", "only -update rewrites the table")
 
 	// e fails and has no reason: the table cannot be written.
 	out.Reset()
@@ -93,14 +97,15 @@ func TestCompare(t *testing.T) {
 	base, err = os.ReadFile(expected)
 	require.NoError(t, err)
 	assert.Equal(t, expectedHeader+"0.1.16 a fail 1 1\n0.1.16 b pass 1 0\n0.1.16 e fail 1 1\n0.2.0-alpha.1 a pass 3 0\n", string(base))
-	d, err = os.ReadFile(doc)
+	written, err = os.ReadFile(doc)
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(d), "before\n<!-- BEGIN GENERATED conformance by "), string(d))
-	assert.True(t, strings.HasSuffix(string(d), "<!-- END GENERATED conformance -->\nafter\n"), string(d))
-	assert.Contains(t, string(d), "**0.1.16**: 1 of 3 scenarios pass (3 of 5 checks); **0.2.0-alpha.1**: 1 of 1 scenarios pass (3 of 3 checks).")
-	assert.Contains(t, string(d), "| scenario | 0.1.16 | 0.2.0-alpha.1 | why it fails |")
-	assert.Contains(t, string(d), "| a | fail (1 of 2 checks) | pass | broke |")
-	assert.Contains(t, string(d), "| b | pass | — |  |")
+	doc2 := string(written)
+	assert.True(t, strings.HasPrefix(doc2, "before\n<!-- BEGIN GENERATED conformance by "), doc2)
+	assert.True(t, strings.HasSuffix(doc2, "<!-- END GENERATED conformance -->\nafter\n"), doc2)
+	assert.Contains(t, doc2, "**0.1.16**: 1 of 3 scenarios pass (3 of 5 checks); **0.2.0-alpha.1**: 1 of 1 scenarios pass (3 of 3 checks).")
+	assert.Contains(t, doc2, "| scenario | 0.1.16 | 0.2.0-alpha.1 | why it fails |")
+	assert.Contains(t, doc2, "| a | fail (1 of 2 checks) | pass | broke |")
+	assert.Contains(t, doc2, "| b | pass | — |  |")
 }
 
 func TestReasonsFormat(t *testing.T) {
