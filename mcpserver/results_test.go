@@ -71,3 +71,18 @@ func TestConvertResultMalformedItems(t *testing.T) {
 	assert.Equal(t, &mcp.ResourceLink{URI: "u", Name: "n"}, out.Content[8])
 	assert.Nil(t, out.StructuredContent, "structuredContent that is not an object is not relayed")
 }
+
+// TestResultTextNamesEveryKind: the text MCP Flow's interaction results
+// carry says what a result held besides text, so that a link or an
+// embedded resource is not silently lost there.
+func TestResultTextNamesEveryKind(t *testing.T) {
+	res := &mcp.CallToolResult{Content: []mcp.Content{
+		&mcp.TextContent{Text: "t"},
+		&mcp.ImageContent{MIMEType: "image/png", Data: []byte("abc")},
+		&mcp.AudioContent{MIMEType: "audio/wav", Data: []byte("ab")},
+		&mcp.ResourceLink{URI: "board://a", Name: "a"},
+		&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "board://log", Text: "line"}},
+		&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "board://bin", Blob: []byte{1, 2}}},
+	}}
+	assert.Equal(t, "t\n[image/png image, 3 bytes]\n[audio/wav audio, 2 bytes]\n[resource link a: board://a]\nline\n[resource board://bin, 2 bytes]", resultText(res))
+}
