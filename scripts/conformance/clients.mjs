@@ -20,6 +20,7 @@
 
 import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as V1Transport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
 
 const LEGACY = '2025-11-25';
@@ -33,6 +34,17 @@ const WAV = 'UklGRiwAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQgAAACAgICAgIC
 
 const info = { name: 'devicebridge-conformance-clients', version: '1' };
 
+/**
+ * The user behind every client's elicitation handler: a check sets
+ * user.answers (accepted as the form's content; null declines) and reads
+ * the requests back from user.asked.
+ */
+const user = { answers: null, asked: [] };
+function elicit(params) {
+  user.asked.push(params);
+  return user.answers ? { action: 'accept', content: user.answers } : { action: 'decline' };
+}
+
 /** Each client: a name, its era, and how to connect it to url. */
 const clients = [
   {
@@ -40,6 +52,7 @@ const clients = [
     era: LEGACY,
     connect: async (url) => {
       const c = new V1Client(info, { capabilities: { elicitation: {} } });
+      c.setRequestHandler(ElicitRequestSchema, async (req) => elicit(req.params));
       await c.connect(new V1Transport(new URL(url)));
       return c;
     },
@@ -49,6 +62,7 @@ const clients = [
     era: LEGACY,
     connect: async (url) => {
       const c = new V2Client(info, { capabilities: { elicitation: {} }, versionNegotiation: { mode: 'legacy' } });
+      c.setRequestHandler('elicitation/create', async (req) => elicit(req.params));
       await c.connect(new V2Transport(new URL(url)));
       return c;
     },
@@ -58,6 +72,9 @@ const clients = [
     era: MODERN,
     connect: async (url) => {
       const c = new V2Client(info, { capabilities: { elicitation: {} }, versionNegotiation: { mode: { pin: MODERN } } });
+      // In 2026-07-28 the questions come as input_required results, which
+      // the v2 client answers through the same handler.
+      c.setRequestHandler('elicitation/create', async (req) => elicit(req.params));
       await c.connect(new V2Transport(new URL(url)));
       if (c.getProtocolEra() !== 'modern') throw new Error(`negotiated era ${c.getProtocolEra()}, want modern`);
       return c;
@@ -127,9 +144,28 @@ async function tools(client) {
   expectEqual('test_error_handling text', res.content[0]?.text, 'This tool intentionally returns an error for testing');
 }
 
+/**
+ * elicitation: a call missing required arguments is completed by asking
+ * the user (elicitation/create, or input_required rounds in 2026-07-28),
+ * and the answers reach the board (the fixture echoes its arguments).
+ */
+async function elicitation(client) {
+  user.asked = [];
+  user.answers = { username: 'ada', email: 'ada@example.com' };
+  try {
+    const res = await client.callTool({ name: 'test_elicitation', arguments: { message: 'hello' } });
+    expectEqual('questions asked', user.asked.length, 1);
+    expectEqual('fields asked', Object.keys(user.asked[0].requestedSchema.properties).sort(), ['email', 'username']);
+    expectEqual('test_elicitation result', res.structuredContent, { message: 'hello', username: 'ada', email: 'ada@example.com' });
+  } finally {
+    user.answers = null;
+  }
+}
+
 // Each check is [name, function]. Add new ones here.
 const checks = [
   ['tools', tools],
+  ['elicitation', elicitation],
 ];
 
 // ---- runner ----------------------------------------------------------------
