@@ -10,7 +10,7 @@ import (
 )
 
 func TestProfileNames(t *testing.T) {
-	assert.Equal(t, []string{"breadboard", "catalog", "robot"}, ProfileNames())
+	assert.Equal(t, []string{"breadboard", "catalog", "conformance", "robot"}, ProfileNames())
 }
 
 func TestProfile(t *testing.T) {

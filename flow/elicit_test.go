@@ -89,6 +89,49 @@ func TestElicitSchemaRefusesWhatFormsCannotCarry(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestElicitSchemaEnumForms: a choice is asked in the form the board's
+// schema wrote it (MCP's SEP-1330 forms): values alone stay an untitled
+// enum, titled consts (oneOf) stay titled consts, enumNames stay the
+// legacy form, and an array of enumerated items becomes a multi-select,
+// untitled or titled; the answers are checked against the board's schema.
+func TestElicitSchemaEnumForms(t *testing.T) {
+	s := `{"type":"object","properties":{
+		"plain":{"type":"string","enum":["a","b"]},
+		"titled":{"type":"string","oneOf":[{"const":"v1","title":"First"},{"const":"v2","title":"Second"}]},
+		"legacy":{"type":"string","enum":["o1","o2"],"enumNames":["One","Two"]},
+		"multi":{"type":"array","items":{"type":"string","enum":["a","b","c"]},"minItems":1,"maxItems":2},
+		"titledMulti":{"type":"array","items":{"anyOf":[{"const":"v1","title":"First"},{"const":"v2","title":"Second"}]},"default":["v1"]}
+	},"required":["plain","titled","legacy","multi","titledMulti"]}`
+	tool := &Tool{Name: "t", InputSchema: raw(s)}
+	p, err := tool.Plan(nil, false)
+	require.NoError(t, err)
+	require.Len(t, p.Prompts, 5)
+	assert.True(t, p.Prompts[3].Multiple)
+	got, err := ElicitSchema(p.Asks())
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type":"object","properties":{
+		"plain":{"type":"string","enum":["a","b"],"title":"plain","description":"plain: choose one of \"a\", \"b\"."},
+		"titled":{"type":"string","oneOf":[{"const":"v1","title":"First"},{"const":"v2","title":"Second"}],"title":"titled","description":"titled: choose one of \"v1\", \"v2\"."},
+		"legacy":{"type":"string","enum":["o1","o2"],"enumNames":["One","Two"],"title":"legacy","description":"legacy: choose one of \"o1\", \"o2\"."},
+		"multi":{"type":"array","items":{"type":"string","enum":["a","b","c"]},"minItems":1,"maxItems":2,"title":"multi","description":"multi: choose any of \"a\", \"b\", \"c\" (a list)."},
+		"titledMulti":{"type":"array","items":{"anyOf":[{"const":"v1","title":"First"},{"const":"v2","title":"Second"}]},"default":["v1"],"title":"titledMulti","description":"titledMulti: choose any of \"v1\", \"v2\" (a list) (default [\"v1\"])."}
+	},"required":["plain","titled","legacy","multi","titledMulti"]}`, string(got))
+
+	// Answers are held to the board's schema, and refused ones asked again.
+	p, err = tool.Answer(p, map[string]json.RawMessage{"plain": raw(`"a"`), "titled": raw(`"v3"`), "legacy": raw(`"o2"`),
+		"multi": raw(`["a","b","c"]`), "titledMulti": raw(`["v2"]`)})
+	require.NoError(t, err)
+	var asked []string
+	for _, pr := range p.Prompts {
+		asked = append(asked, pr.Property)
+	}
+	assert.Equal(t, []string{"titled", "multi"}, asked)
+	p, err = tool.Answer(p, map[string]json.RawMessage{"titled": raw(`"v1"`), "multi": raw(`["c","a"]`)})
+	require.NoError(t, err)
+	require.True(t, p.Ready())
+	assert.JSONEq(t, `{"plain":"a","titled":"v1","legacy":"o2","multi":["c","a"],"titledMulti":["v2"]}`, string(p.Args))
+}
+
 // TestElicitationPath walks the standard MCP path: plan, elicit, answer,
 // re-ask a refused answer, confirm, execute.
 func TestElicitationPath(t *testing.T) {

@@ -40,11 +40,20 @@ type Prompt struct {
 	Placeholder  string          `json:"placeholder,omitempty"`
 	DefaultValue json.RawMessage `json:"defaultValue,omitempty"`
 	Choices      []Choice        `json:"choices,omitempty"`
-	Validation   *Rules          `json:"validation,omitempty"`
+	// Multiple is set on a choice prompt whose answer is a list of any
+	// number of the choices (an array argument of enumerated items);
+	// Validation.Min and Max then bound how many.
+	Multiple   bool   `json:"multiple,omitempty"`
+	Validation *Rules `json:"validation,omitempty"`
 	// Error and Suggestion are set when the prompt is offered again after
 	// a refused answer (or because the initial value was invalid).
 	Error      string `json:"error,omitempty"`
 	Suggestion string `json:"suggestion,omitempty"`
+
+	// enumStyle is how the schema listed a choice prompt's values, so that
+	// an elicitation form lists them the same way. The MCP path rebuilds
+	// prompts from the schema each round, so it is not carried in JSON.
+	enumStyle argcheck.EnumStyle
 }
 
 // Choice is one option of a choice prompt. Value is the JSON value the
@@ -56,7 +65,7 @@ type Choice struct {
 
 // Rules is a prompt's "validation" object. As in the spec, Min and Max are
 // the value bounds of number prompts and the length bounds of text
-// prompts. Integer and Format are additions: whole numbers only, and the
+// prompts; for multiple choice prompts, the bounds on how many are chosen. Integer and Format are additions: whole numbers only, and the
 // string format (date, date-time, email, uri).
 type Rules struct {
 	Required bool     `json:"required,omitempty"`
@@ -85,7 +94,23 @@ func prompt(p *argcheck.Prop) Prompt {
 		for i, e := range p.Enum {
 			pr.Choices = append(pr.Choices, Choice{Value: e, Label: p.Labels[i]})
 		}
+		pr.enumStyle = p.EnumStyle
 		what = "choose one of " + p.Choices()
+	case p.Type == "array" && p.Items != nil && len(p.Items.Enum) > 0:
+		pr.Type, pr.Multiple = PromptChoice, true
+		for i, e := range p.Items.Enum {
+			pr.Choices = append(pr.Choices, Choice{Value: e, Label: p.Items.Labels[i]})
+		}
+		pr.enumStyle = p.Items.EnumStyle
+		if p.MinItems != nil {
+			f := float64(*p.MinItems)
+			rules.Min = &f
+		}
+		if p.MaxItems != nil {
+			f := float64(*p.MaxItems)
+			rules.Max = &f
+		}
+		what = "choose any of " + p.Items.Choices() + " (a list)"
 	case p.Type == "integer" || p.Type == "number":
 		pr.Type = PromptNumber
 		// The schema's bounds (narrowed to int32 for integers); bounds
@@ -229,10 +254,14 @@ const ConfirmField = "confirm"
 // prompt's Property (ConfirmField for the confirmation prompt).
 //
 // The mapping: number → "number" or "integer" with minimum/maximum;
-// confirm → "boolean"; choice of strings → "string" with enum and
-// enumNames; choice of other values → their type, the choices listed in
-// the description; date → "string" with format "date"; text → "string"
-// with minLength/maxLength and format (email, uri, date, date-time only).
+// confirm → "boolean"; choice of strings → "string" in the form the
+// schema used (MCP's SEP-1330 forms: enum alone when the values are their
+// own labels, oneOf of titled consts, or the legacy enum with enumNames);
+// multiple choice of strings → "array" with items (enum, or anyOf of
+// titled consts) and minItems/maxItems; choice of other values → their
+// type, the choices listed in the description; date → "string" with
+// format "date"; text → "string" with minLength/maxLength and format
+// (email, uri, date, date-time only).
 // Defaults become "default"; a prompt's Message becomes the description.
 // There is no "pattern" (elicitation has none): the engine still checks
 // it when the answer comes back.
@@ -359,12 +388,36 @@ func elicitProperty(pr Prompt) (map[string]any, error) {
 				names = append(names, c.Label)
 			}
 		}
-		switch kind {
-		case "string":
+		switch {
+		case kind == "string" && pr.Multiple:
+			// MCP's multi-select: untitled items list an enum, titled ones
+			// an anyOf of consts.
+			s["type"] = "array"
+			if titled(vals, names) {
+				s["items"] = map[string]any{"anyOf": constList(vals, names)}
+			} else {
+				s["items"] = map[string]any{"type": "string", "enum": vals}
+			}
+			if r.Min != nil {
+				s["minItems"] = int(*r.Min)
+			}
+			if r.Max != nil {
+				s["maxItems"] = int(*r.Max)
+			}
+		case kind == "string":
+			// MCP's single-select, as the schema wrote it: values alone,
+			// a oneOf of titled consts, or (the legacy form) enumNames.
 			s["type"] = "string"
-			s["enum"] = vals
-			s["enumNames"] = names
-		case "number", "boolean":
+			switch {
+			case !titled(vals, names):
+				s["enum"] = vals
+			case pr.enumStyle == argcheck.EnumOneOf || pr.enumStyle == argcheck.EnumAnyOf:
+				s["oneOf"] = constList(vals, names)
+			default:
+				s["enum"] = vals
+				s["enumNames"] = names
+			}
+		case (kind == "number" || kind == "boolean") && !pr.Multiple:
 			s["type"] = kind
 			labels := make([]string, len(pr.Choices))
 			for i, c := range pr.Choices {
@@ -378,6 +431,25 @@ func elicitProperty(pr Prompt) (map[string]any, error) {
 		return nil, errNoForm(pr)
 	}
 	return s, nil
+}
+
+// titled reports whether any choice has a label other than its value.
+func titled(vals, names []string) bool {
+	for i := range vals {
+		if names[i] != vals[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// constList is a titled choice's values as consts with titles.
+func constList(vals, names []string) []map[string]any {
+	out := make([]map[string]any, len(vals))
+	for i := range vals {
+		out[i] = map[string]any{"const": vals[i], "title": names[i]}
+	}
+	return out
 }
 
 func errNoForm(pr Prompt) *Error {

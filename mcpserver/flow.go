@@ -276,6 +276,14 @@ func resultText(res *mcp.CallToolResult) string {
 			parts = append(parts, fmt.Sprintf("[%s image, %d bytes]", c.MIMEType, len(c.Data)))
 		case *mcp.AudioContent:
 			parts = append(parts, fmt.Sprintf("[%s audio, %d bytes]", c.MIMEType, len(c.Data)))
+		case *mcp.ResourceLink:
+			parts = append(parts, fmt.Sprintf("[resource link %s: %s]", c.Name, c.URI))
+		case *mcp.EmbeddedResource:
+			if r := c.Resource; r != nil && r.Blob == nil {
+				parts = append(parts, r.Text)
+			} else if r != nil {
+				parts = append(parts, fmt.Sprintf("[resource %s, %d bytes]", r.URI, len(r.Blob)))
+			}
 		}
 	}
 	return strings.Join(parts, "\n")

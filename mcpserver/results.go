@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/internal/clip"
 )
 
 // Outcomes of a successful call, as logged in the "outcome" field; a failed
@@ -79,49 +80,128 @@ func offlineResult(label, tool string) *mcp.CallToolResult {
 		"(ask the user to check that the board is powered and on the network).", label, tool)
 }
 
-// convertResult turns a board's tool result into an MCP result. Text stays
-// text; text that is a JSON object is also given as structuredContent. The
+// convertResult turns a board's tool result into an MCP result, keeping
+// every kind of content MCP allows in a tool result as the board sent it:
+// text, image, audio, resource_link and resource (an embedded resource,
+// text or blob), with each item's annotations and _meta. The board's
+// structuredContent (an object) is passed on; without one, a result whose
+// only text is a JSON object gives that object as structuredContent. The
 // firmware's non-standard image item (a JSON string nested under "image")
-// becomes a standard image content.
+// becomes a standard image content. An item that is malformed (data that
+// is not base64, a link without a uri) or of a kind a tool result cannot
+// carry is replaced by a text saying so, so that the others still arrive.
 func convertResult(res *device.CallResult) *mcp.CallToolResult {
-	out := &mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{}}
+	out := &mcp.CallToolResult{IsError: res.IsError, Content: make([]mcp.Content, 0, len(res.Content))}
 	var texts []string
-	for _, c := range res.Content {
-		switch c.Type {
-		case "text":
-			out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
-			texts = append(texts, c.Text)
-		case "image", "audio":
-			data, mime := c.Data, c.MimeType
-			if data == "" && c.Image != "" {
-				var nested struct {
-					MimeType string `json:"mimeType"`
-					Data     string `json:"data"`
-				}
-				if json.Unmarshal([]byte(c.Image), &nested) == nil {
-					data, mime = nested.Data, nested.MimeType
-				}
+	for i := range res.Content {
+		c := &res.Content[i]
+		item := convertContent(c)
+		if item == nil {
+			item = &mcp.TextContent{Text: fmt.Sprintf("[the board returned %s content the bridge could not decode]", clip.String(c.Type))}
+			if !relayedContent[c.Type] {
+				item = &mcp.TextContent{Text: fmt.Sprintf("[the board returned content of type %q, which the bridge does not relay]", clip.String(c.Type))}
 			}
-			raw, err := base64.StdEncoding.DecodeString(data)
-			if err != nil || mime == "" {
-				out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("[the board returned %s content the bridge could not decode]", c.Type)})
-				continue
-			}
-			if c.Type == "audio" {
-				out.Content = append(out.Content, &mcp.AudioContent{Data: raw, MIMEType: mime})
-			} else {
-				out.Content = append(out.Content, &mcp.ImageContent{Data: raw, MIMEType: mime})
-			}
-		default:
-			out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("[the board returned content of type %q, which the bridge does not relay]", c.Type)})
 		}
+		if t, ok := item.(*mcp.TextContent); ok && c.Type == "text" {
+			texts = append(texts, t.Text)
+		}
+		out.Content = append(out.Content, item)
 	}
-	if len(texts) == 1 && !res.IsError {
+	switch {
+	case len(res.StructuredContent) > 0:
+		out.StructuredContent = res.StructuredContent
+	case len(texts) == 1 && !res.IsError:
 		if obj := jsonObject(texts[0]); obj != nil {
 			out.StructuredContent = obj
 		}
 	}
 	return out
+}
+
+// relayedContent are the content types of a tool result (MCP
+// ContentBlock).
+var relayedContent = map[string]bool{"text": true, "image": true, "audio": true, "resource_link": true, "resource": true}
+
+// convertContent converts one item, or returns nil when it cannot.
+func convertContent(c *device.Content) mcp.Content {
+	ann, meta := contentAnnotations(c.Annotations), contentMeta(c.Meta)
+	switch c.Type {
+	case "text":
+		return &mcp.TextContent{Text: c.Text, Annotations: ann, Meta: meta}
+	case "image", "audio":
+		data, mime := c.Data, c.MimeType
+		if data == "" && c.Image != "" {
+			var nested struct {
+				MimeType string `json:"mimeType"`
+				Data     string `json:"data"`
+			}
+			if json.Unmarshal([]byte(c.Image), &nested) == nil {
+				data, mime = nested.Data, nested.MimeType
+			}
+		}
+		raw, err := base64.StdEncoding.DecodeString(data)
+		if err != nil || mime == "" {
+			return nil
+		}
+		if c.Type == "audio" {
+			return &mcp.AudioContent{Data: raw, MIMEType: mime, Annotations: ann, Meta: meta}
+		}
+		return &mcp.ImageContent{Data: raw, MIMEType: mime, Annotations: ann, Meta: meta}
+	case "resource_link":
+		if c.URI == "" || c.Name == "" {
+			return nil
+		}
+		return &mcp.ResourceLink{URI: c.URI, Name: c.Name, Title: c.Title, Description: c.Description,
+			MIMEType: c.MimeType, Size: c.Size, Annotations: ann, Meta: meta}
+	case "resource":
+		var r struct {
+			URI      string          `json:"uri"`
+			MimeType string          `json:"mimeType"`
+			Text     *string         `json:"text"`
+			Blob     *string         `json:"blob"`
+			Meta     json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(c.Resource, &r) != nil || r.URI == "" || (r.Text == nil) == (r.Blob == nil) {
+			return nil
+		}
+		rc := &mcp.ResourceContents{URI: r.URI, MIMEType: r.MimeType, Meta: contentMeta(r.Meta)}
+		if r.Text != nil {
+			rc.Text = *r.Text
+		} else {
+			blob, err := base64.StdEncoding.DecodeString(*r.Blob)
+			if err != nil {
+				return nil
+			}
+			rc.Blob = blob
+		}
+		return &mcp.EmbeddedResource{Resource: rc, Annotations: ann, Meta: meta}
+	}
+	return nil
+}
+
+// contentAnnotations decodes an item's annotations; ones that do not fit
+// MCP's shape are dropped (the content itself still arrives).
+func contentAnnotations(raw json.RawMessage) *mcp.Annotations {
+	if len(raw) == 0 {
+		return nil
+	}
+	var a mcp.Annotations
+	if json.Unmarshal(raw, &a) != nil {
+		return nil
+	}
+	return &a
+}
+
+// contentMeta decodes an item's _meta object.
+func contentMeta(raw json.RawMessage) mcp.Meta {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m mcp.Meta
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // jsonObject returns s as raw JSON if it is a JSON object, else nil.

@@ -76,4 +76,17 @@
 //	get               the state value at key, as text
 //	const             the fixed text
 //	fail              an error reply carrying text
+//	echo              the arguments received, as a JSON object in one text
+//	content           the tool's result, given whole (see below)
+//
+// Beyond the stock firmware, which only ever answers one text item and
+// knows three property types, a tool may give what other boards (custom
+// firmware, py-xiaozhi) can: input_schema, a whole inputSchema written as
+// YAML and listed as JSON in the order written (numbers, enums, arrays,
+// $defs; the board then checks only its required arguments, and goes
+// with const, fail, echo and content), and result, the whole tools/call
+// result of a content tool in MCP's shape (content items of type text,
+// image, audio, resource_link and resource, structuredContent, isError,
+// _meta; binary data as standard base64), checked at load and at most
+// MaxResultBytes. configs/profiles/conformance.yaml uses both.
 package simulator

@@ -34,6 +34,14 @@ func renderTool(t *Tool) string {
 	b = appendCJSONString(b, t.Name)
 	b = append(b, `,"description":`...)
 	b = appendCJSONString(b, t.Description)
+	if t.InputSchema != nil {
+		b = append(b, `,"inputSchema":`...)
+		b = append(b, t.InputSchema...)
+		if t.UserOnly {
+			b = append(b, `,"annotations":{"audience":["user"]}`...)
+		}
+		return string(append(b, '}'))
+	}
 	b = append(b, `,"inputSchema":{"type":"object","properties":{`...)
 	for i, p := range t.Properties {
 		if i > 0 {
@@ -218,6 +226,18 @@ func (s *session) toolCall(id int, name string, args *jsonValue) {
 		return
 	}
 	tool := &s.b.profile.Tools[idx]
+	if tool.InputSchema != nil {
+		// Not the firmware's binding: a board that declares a schema of its
+		// own is only checked for its required arguments here.
+		for _, name := range tool.Required() {
+			if args.get(name) == nil {
+				s.replyError(id, "Missing valid argument: "+name)
+				return
+			}
+		}
+		s.schedule(func(ctx context.Context) { s.runCall(ctx, id, tool, nil, args) })
+		return
+	}
 	bound := make([]boundArg, 0, len(tool.Properties))
 	for _, p := range tool.Properties {
 		var val any
@@ -248,12 +268,14 @@ func (s *session) toolCall(id int, name string, args *jsonValue) {
 		}
 		bound = append(bound, boundArg{name: p.Name, value: val})
 	}
-	s.schedule(func(ctx context.Context) { s.runCall(ctx, id, tool, bound) })
+	s.schedule(func(ctx context.Context) { s.runCall(ctx, id, tool, bound, nil) })
 }
 
 // runCall executes a validated call on the main task. The reply is queued
 // behind whatever was scheduled while the tool ran, as on the firmware.
-func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundArg) {
+// args are the bound arguments of a firmware tool, raw the arguments as
+// they came for a tool with an InputSchema.
+func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundArg, raw *jsonValue) {
 	if d := s.b.cfg.ToolDelay[tool.Name]; d > 0 {
 		if !ctxtime.Sleep(ctx, d) {
 			return // the link ended mid-call; there is nobody to answer
@@ -272,6 +294,14 @@ func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundA
 		return
 	}
 	s.b.stats.callsRun.Add(1)
+	if tool.Behavior == BehaviorContent {
+		s.replyResult(id, string(tool.Result))
+		return
+	}
+	if tool.Behavior == BehaviorEcho {
+		s.replyResult(id, echoResult(args, raw))
+		return
+	}
 	text, err := s.runTool(tool, args)
 	if err != nil {
 		s.replyError(id, err.Error())
@@ -301,4 +331,35 @@ func (s *session) sendMCP(payload string) {
 	s.schedule(func(context.Context) {
 		s.sendText(s.b.envelope("mcp", payload))
 	})
+}
+
+// echoResult answers an echo tool: the arguments it received, as a JSON
+// object in one text item (so the bridge also gives them as
+// structuredContent).
+func echoResult(args []boundArg, raw *jsonValue) string {
+	var obj []byte
+	if raw.isObject() {
+		obj = appendCJSONValue(nil, raw)
+	} else {
+		obj = []byte{'{'}
+		for i, a := range args {
+			if i > 0 {
+				obj = append(obj, ',')
+			}
+			obj = appendCJSONString(obj, a.name)
+			obj = append(obj, ':')
+			switch v := a.value.(type) {
+			case bool:
+				obj = strconv.AppendBool(obj, v)
+			case int:
+				obj = strconv.AppendInt(obj, int64(v), 10)
+			case string:
+				obj = appendCJSONString(obj, v)
+			}
+		}
+		obj = append(obj, '}')
+	}
+	b := []byte(`{"content":[{"type":"text","text":`)
+	b = appendCJSONString(b, string(obj))
+	return string(append(b, `}],"isError":false}`...))
 }

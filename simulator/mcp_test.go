@@ -490,3 +490,33 @@ func TestMCPOptions(t *testing.T) {
 		assert.Empty(t, h.link.out)
 	})
 }
+
+// Tools beyond the stock firmware: a schema given whole (listed as written,
+// only its required arguments checked), a result given whole, and echo.
+func TestMCPContentAndSchemaTools(t *testing.T) {
+	p := mustParseProfile(t, `board: b
+tools:
+  - name: pic
+    description: a picture
+    behavior: content
+    result: {content: [{type: image, mimeType: image/png, data: aGk=}], isError: true}
+  - name: form
+    description: a form
+    input_schema: {type: object, properties: {score: {type: number}, tags: {type: array}}, required: [score]}
+    behavior: echo
+  - name: fw
+    description: firmware properties
+    properties: [{name: n, type: integer}, {name: s, type: string, default: "x\"y"}]
+    behavior: echo
+`)
+	h := newHarness(t, Config{Profile: p})
+	assert.Equal(t, `{"jsonrpc":"2.0","id":9,"result":{"content":[{"type":"image","mimeType":"image/png","data":"aGk="}],"isError":true}}`,
+		h.call(call("pic", ``)))
+	assert.Equal(t, errorReply("9", "Missing valid argument: score"), h.call(call("form", `{"tags":[1]}`)))
+	assert.Equal(t, textResult(t, "9", `{"score":95.5,"tags":["a",true,null],"o":{"k":-1}}`),
+		h.call(call("form", `{"score":95.5,"tags":["a",true,null],"o":{"k":-1}}`)))
+	assert.Equal(t, textResult(t, "9", `{"n":3,"s":"x\"y"}`), h.call(call("fw", `{"n":3.7}`)))
+
+	list := h.call(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`)
+	assert.Contains(t, list, `{"name":"form","description":"a form","inputSchema":{"type":"object","properties":{"score":{"type":"number"},"tags":{"type":"array"}},"required":["score"]}}`)
+}

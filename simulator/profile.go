@@ -3,6 +3,7 @@ package simulator
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -117,6 +118,8 @@ const (
 	BehaviorGet             Behavior = "get"
 	BehaviorConst           Behavior = "const"
 	BehaviorFail            Behavior = "fail"
+	BehaviorContent         Behavior = "content"
+	BehaviorEcho            Behavior = "echo"
 )
 
 // Tool is one MCP tool of a board.
@@ -132,11 +135,29 @@ type Tool struct {
 	Key string
 	// Text is the result of const or the error message of fail.
 	Text string
+	// InputSchema, when set, is the tool's whole inputSchema (compact
+	// JSON), listed as written instead of one built from Properties: what
+	// a board beyond the stock firmware can declare (numbers, enums,
+	// arrays, $defs). The board then checks only that the schema's
+	// required arguments are present, and passes the arguments on as
+	// they came.
+	InputSchema json.RawMessage
+	// Result is the whole tools/call result (compact JSON) of a content
+	// tool: any content MCP allows, structuredContent, isError.
+	Result json.RawMessage
 }
 
 // Required lists the properties without a default, in declaration order,
-// which is what the firmware puts in inputSchema.required.
+// which is what the firmware puts in inputSchema.required; for a tool with
+// an InputSchema, the schema's own required list.
 func (t Tool) Required() []string {
+	if t.InputSchema != nil {
+		var s struct {
+			Required []string `json:"required"`
+		}
+		_ = json.Unmarshal(t.InputSchema, &s) // checked at load
+		return s.Required
+	}
 	var req []string
 	for _, p := range t.Properties {
 		if !p.HasDefault() {
@@ -231,6 +252,8 @@ type rawTool struct {
 	Behavior    string        `yaml:"behavior"`
 	Key         string        `yaml:"key"`
 	Text        string        `yaml:"text"`
+	InputSchema yaml.Node     `yaml:"input_schema"`
+	Result      yaml.Node     `yaml:"result"`
 }
 
 type rawProperty struct {
@@ -394,6 +417,23 @@ func (rt *rawTool) build(p *Profile) (Tool, error) {
 	if t.Name == "" || strings.ContainsAny(t.Name, "\"\\") || strings.IndexFunc(t.Name, func(r rune) bool { return r < 0x20 }) >= 0 {
 		return t, errors.New("name must be non-empty and contain no quotes, backslashes or control characters")
 	}
+	if !rt.InputSchema.IsZero() {
+		if len(rt.Properties) > 0 {
+			return t, errors.New("give either properties or input_schema, not both")
+		}
+		schema, err := inputSchemaJSON(&rt.InputSchema)
+		if err != nil {
+			return t, fmt.Errorf("input_schema: %v", err)
+		}
+		t.InputSchema = schema
+	}
+	if !rt.Result.IsZero() {
+		res, err := resultJSON(&rt.Result)
+		if err != nil {
+			return t, fmt.Errorf("result: %v", err)
+		}
+		t.Result = res
+	}
 	seen := map[string]bool{}
 	for i, rp := range rt.Properties {
 		prop, err := rp.build()
@@ -411,6 +451,13 @@ func (rt *rawTool) build(p *Profile) (Tool, error) {
 	}
 	if t.Behavior == BehaviorSet && t.Key == "" {
 		t.Key = strings.TrimPrefix(t.Name, "self.")
+	}
+	// A schema given whole is meant to be listed: refuse one whose tool
+	// cannot fit a tools/list page alone (the firmware would answer
+	// "payload size limit"; profiles that want that use a long
+	// description).
+	if n := len(renderTool(&t)); t.InputSchema != nil && n+len(`{"tools":[]}`)+toolsPageMargin > toolsPageLimit {
+		return t, fmt.Errorf("the tool takes %d bytes in tools/list, more than a page holds (%d)", n, toolsPageLimit-toolsPageMargin)
 	}
 	return t, nil
 }
@@ -497,9 +544,19 @@ func (t *Tool) checkBehavior(p *Profile) error {
 	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail {
 		return fmt.Errorf("text is only used by the const and fail behaviors")
 	}
+	if (t.Result != nil) != (t.Behavior == BehaviorContent) {
+		return fmt.Errorf("behavior content needs a result, and result is only used by it")
+	}
+	if t.InputSchema != nil {
+		switch t.Behavior {
+		case BehaviorConst, BehaviorFail, BehaviorContent, BehaviorEcho:
+		default:
+			return fmt.Errorf("input_schema only goes with the const, fail, content and echo behaviors (behavior %s reads firmware properties)", t.Behavior)
+		}
+	}
 	switch t.Behavior {
 	case BehaviorDeviceStatus, BehaviorLampState, BehaviorLampOn, BehaviorLampOff,
-		BehaviorSystemInfo, BehaviorReboot, BehaviorSet, BehaviorConst:
+		BehaviorSystemInfo, BehaviorReboot, BehaviorSet, BehaviorConst, BehaviorContent, BehaviorEcho:
 		return nil
 	case BehaviorSetVolume:
 		return needProp("volume", TypeInteger)
@@ -547,7 +604,7 @@ func behaviorNames() []string {
 		string(BehaviorSetTheme), string(BehaviorLampState), string(BehaviorLampOn), string(BehaviorLampOff),
 		string(BehaviorBatteryLevel), string(BehaviorSystemInfo), string(BehaviorScreenInfo),
 		string(BehaviorReboot), string(BehaviorUpgradeFirmware), string(BehaviorSet), string(BehaviorGet),
-		string(BehaviorConst), string(BehaviorFail),
+		string(BehaviorConst), string(BehaviorFail), string(BehaviorContent), string(BehaviorEcho),
 	}
 	sort.Strings(names)
 	return names

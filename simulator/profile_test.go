@@ -66,7 +66,7 @@ func TestLoadProfileFromFile(t *testing.T) {
 
 	_, err = LoadProfile("nosuchprofile")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "breadboard, catalog, robot")
+	assert.Contains(t, err.Error(), "breadboard, catalog, conformance, robot")
 }
 
 func TestProfileValidation(t *testing.T) {
@@ -114,4 +114,71 @@ func TestProfileValidation(t *testing.T) {
 	_, err := ParseProfile([]byte("board: B\nfirmware: 'x y'\n"), "t")
 	require.Error(t, err)
 	assert.Equal(t, 2, strings.Count(err.Error(), "\n")+1)
+}
+
+func TestProfileContentAndInputSchema(t *testing.T) {
+	p := mustParseProfile(t, `board: b
+tools:
+  - name: pic
+    description: a picture
+    behavior: content
+    result:
+      content:
+        - {type: image, mimeType: image/png, data: aGk=}
+        - {type: resource, resource: {uri: "test://r", mimeType: text/plain, text: hello}}
+        - {type: resource_link, uri: "test://l", name: l, size: 3}
+      structuredContent: {n: 1}
+  - name: form
+    description: takes a number and an enum
+    input_schema:
+      type: object
+      $defs: {x: {type: string}}
+      properties:
+        score: {type: number, default: 95.5}
+        status: {type: string, enum: [a, b]}
+      required: [score, status]
+      additionalProperties: false
+    behavior: echo
+`)
+	pic := p.Tools[0]
+	assert.JSONEq(t, `{"content":[{"type":"image","mimeType":"image/png","data":"aGk="},
+		{"type":"resource","resource":{"uri":"test://r","mimeType":"text/plain","text":"hello"}},
+		{"type":"resource_link","uri":"test://l","name":"l","size":3}],"structuredContent":{"n":1}}`, string(pic.Result))
+	form := p.Tools[1]
+	assert.Equal(t, []string{"score", "status"}, form.Required())
+	assert.JSONEq(t, `{"type":"object","$defs":{"x":{"type":"string"}},"properties":{"score":{"type":"number","default":95.5},
+		"status":{"type":"string","enum":["a","b"]}},"required":["score","status"],"additionalProperties":false}`, string(form.InputSchema))
+}
+
+func TestProfileContentValidation(t *testing.T) {
+	const head = "board: b\ntools:\n"
+	cases := map[string]struct{ yaml, want string }{
+		"result needs content":   {head + "  - {name: t, behavior: content}\n", "needs a result"},
+		"result on const":        {head + "  - {name: t, behavior: const, result: {content: []}}\n", "needs a result"},
+		"content missing":        {head + "  - {name: t, behavior: content, result: {isError: true}}\n", "content is missing"},
+		"unknown result key":     {head + "  - {name: t, behavior: content, result: {content: [], colour: red}}\n", "unknown key \"colour\""},
+		"unknown type":           {head + "  - {name: t, behavior: content, result: {content: [{type: video}]}}\n", "type \"video\""},
+		"text needs text":        {head + "  - {name: t, behavior: content, result: {content: [{type: text}]}}\n", "text content needs text"},
+		"image needs mime":       {head + "  - {name: t, behavior: content, result: {content: [{type: image, data: aGk=}]}}\n", "needs mimeType"},
+		"bad base64":             {head + "  - {name: t, behavior: content, result: {content: [{type: audio, data: '*', mimeType: audio/wav}]}}\n", "not standard base64"},
+		"stray key":              {head + "  - {name: t, behavior: content, result: {content: [{type: text, text: x, data: y}]}}\n", "has no key \"data\""},
+		"resource text and blob": {head + "  - {name: t, behavior: content, result: {content: [{type: resource, resource: {uri: u, text: x, blob: aGk=}}]}}\n", "exactly one of text and blob"},
+		"resource needs uri":     {head + "  - {name: t, behavior: content, result: {content: [{type: resource, resource: {text: x}}]}}\n", "needs a uri"},
+		"link needs name":        {head + "  - {name: t, behavior: content, result: {content: [{type: resource_link, uri: u}]}}\n", "needs name"},
+		"isError not bool":       {head + "  - {name: t, behavior: content, result: {content: [], isError: 1}}\n", "isError must be"},
+		"structured not mapping": {head + "  - {name: t, behavior: content, result: {content: [], structuredContent: [1]}}\n", "must be a mapping"},
+		"schema not object":      {head + "  - {name: t, behavior: const, input_schema: {type: string}}\n", "type: object"},
+		"schema and properties":  {head + "  - {name: t, behavior: const, input_schema: {type: object}, properties: [{name: n, type: string}]}\n", "not both"},
+		"schema on set":          {head + "  - {name: t, behavior: set, input_schema: {type: object}}\n", "input_schema only goes with"},
+		"schema required list":   {head + "  - {name: t, behavior: const, input_schema: {type: object, required: x}}\n", "list of argument names"},
+		"schema int keys":        {head + "  - {name: t, behavior: const, input_schema: {type: object, properties: {1: {type: string}}}}\n", "mapping keys must be strings"},
+		"result too large":       {head + "  - {name: t, behavior: content, result: {content: [{type: text, text: " + strings.Repeat("x", MaxResultBytes) + "}]}}\n", "more than 32768"},
+		"tool over a page":       {head + "  - {name: t, behavior: const, input_schema: {type: object, description: " + strings.Repeat("x", 8000) + "}}\n", "more than a page holds"},
+	}
+	for name, tc := range cases {
+		_, err := ParseProfile([]byte(tc.yaml), "t")
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), tc.want, name)
+		}
+	}
 }

@@ -385,3 +385,35 @@ func TestStdioProxyAnswersBeforeEOF(t *testing.T) {
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
+
+// TestStdioProxyContent: every kind of content a board answers reaches a
+// stdio host through the proxy as the board sent it.
+func TestStdioProxyContent(t *testing.T) {
+	want := bridgetest.ContentResults(t)
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			b := startBridge(t, nil)
+			b.Board(macA, bridgetest.ContentProfile(t), simulator.Config{})
+			p, err := stdioproxy.New(stdioproxy.Options{URL: b.URL, HTTPClient: b.HTTP, ProtocolVersion: era,
+				RetryInterval: 50 * time.Millisecond})
+			require.NoError(t, err)
+			cs := runProxy(t, p, true).host
+			require.Eventually(t, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				n := 0
+				for _, err := range cs.Tools(ctx, nil) {
+					if err == nil {
+						n++
+					}
+				}
+				return n == len(want)
+			}, 10*time.Second, 5*time.Millisecond, "the proxy never published the bridge's tools")
+			for name, w := range want {
+				t.Run(name, func(t *testing.T) {
+					bridgetest.AssertSameContent(t, w, callTool(t, cs, upstreamName(macA, name), nil))
+				})
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestCLIArgs: the bridge's example arguments, as they are typed on the
@@ -27,4 +28,16 @@ func TestCLIArgs(t *testing.T) {
 		_, ok := cliArgs(json.RawMessage(bad))
 		assert.False(t, ok, bad)
 	}
+}
+
+// TestChoose: a choice is given by number, label or value; a multiple
+// choice prompt takes them comma-separated.
+func TestChoose(t *testing.T) {
+	var pr flowPrompt
+	require.NoError(t, json.Unmarshal([]byte(`{"type":"choice","multiple":true,"choices":[{"value":"v1","label":"First"},{"value":"v2","label":"Second"}]}`), &pr))
+	assert.Equal(t, json.RawMessage(`"v1"`), pr.choose("1"))
+	assert.Equal(t, json.RawMessage(`"v2"`), pr.choose("second"))
+	assert.Equal(t, json.RawMessage(`"v2"`), pr.choose("v2"))
+	assert.Equal(t, "v3", pr.choose("v3"))
+	assert.True(t, pr.Multiple)
 }

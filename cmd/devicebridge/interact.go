@@ -36,6 +36,8 @@ type flowPrompt struct {
 		Value json.RawMessage `json:"value"`
 		Label string          `json:"label"`
 	} `json:"choices"`
+	// Multiple: the answer is a list of any of the choices.
+	Multiple   bool         `json:"multiple"`
 	Validation *promptRules `json:"validation"`
 }
 
@@ -192,6 +194,22 @@ func (c *cli) interact(ctx context.Context, boardName, toolName string, pairs []
 	return errf(exitFailed, "the interaction ended in state %s: %s", step.State, msg)
 }
 
+// choose reads one choice: its number in the list, its label or its
+// value; anything else is sent as typed, for the bridge to refuse.
+func (pr *flowPrompt) choose(s string) any {
+	if i, err := strconv.Atoi(s); err == nil && i >= 1 && i <= len(pr.Choices) {
+		return json.RawMessage(pr.Choices[i-1].Value)
+	}
+	for _, ch := range pr.Choices {
+		var v any
+		_ = json.Unmarshal(ch.Value, &v)
+		if strings.EqualFold(ch.Label, s) || fmt.Sprint(v) == s {
+			return json.RawMessage(ch.Value)
+		}
+	}
+	return s
+}
+
 // ask shows one prompt on stderr and reads the answer, as the JSON value
 // to send. Only what cannot be sent at all (a confirm that is neither yes
 // nor no) is asked again here; the bridge validates everything else and
@@ -217,6 +235,9 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 		label += " [" + string(pr.DefaultValue) + "]"
 	} else if pr.Placeholder != "" {
 		label += " (e.g. " + pr.Placeholder + ")"
+	}
+	if pr.Multiple {
+		label += " (numbers or values, comma-separated)"
 	}
 	if pr.Type == "confirm" {
 		label = "yes/no"
@@ -248,17 +269,16 @@ func (c *cli) ask(ctx context.Context, in *lines, step *flowStep, pr *flowPrompt
 			}
 			return line, nil
 		case "choice":
-			if i, err := strconv.Atoi(line); err == nil && i >= 1 && i <= len(pr.Choices) {
-				return json.RawMessage(pr.Choices[i-1].Value), nil
+			if !pr.Multiple {
+				return pr.choose(line), nil
 			}
-			for _, ch := range pr.Choices {
-				var v any
-				_ = json.Unmarshal(ch.Value, &v)
-				if strings.EqualFold(ch.Label, line) || fmt.Sprint(v) == line {
-					return json.RawMessage(ch.Value), nil
+			list := []any{}
+			for _, part := range strings.Split(line, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					list = append(list, pr.choose(part))
 				}
 			}
-			return line, nil
+			return list, nil
 		case "custom":
 			var v any
 			if json.Unmarshal([]byte(line), &v) == nil {

@@ -626,11 +626,16 @@ function ask(step, pr, out, call) {
     const def = pr.defaultValue;
     const hint = pr.placeholder;
     switch (pr.type) {
-      case 'choice':
-        input = el('select', { 'data-arg': pr.property }, ...(pr.choices || []).map((c) =>
-          el('option', { value: JSON.stringify(c.value), text: c.label || str(c.value), selected: def !== undefined && JSON.stringify(def) === JSON.stringify(c.value) })));
-        read = () => JSON.parse(input.value);
+      case 'choice': {
+        // A multiple choice (an array argument) takes any number of them.
+        const chosen = (v) => pr.multiple
+          ? Array.isArray(def) && def.some((d) => JSON.stringify(d) === JSON.stringify(v))
+          : def !== undefined && JSON.stringify(def) === JSON.stringify(v);
+        input = el('select', { 'data-arg': pr.property, multiple: !!pr.multiple }, ...(pr.choices || []).map((c) =>
+          el('option', { value: JSON.stringify(c.value), text: c.label || str(c.value), selected: chosen(c.value) })));
+        read = () => pr.multiple ? Array.from(input.selectedOptions, (o) => JSON.parse(o.value)) : JSON.parse(input.value);
         break;
+      }
       case 'number':
         input = el('input', { type: 'number', 'data-arg': pr.property, min: rules.min, max: rules.max, step: rules.integer ? 1 : 'any', value: def,
           placeholder: rules.min !== undefined && rules.max !== undefined ? rules.min + '–' + rules.max : '' });

@@ -46,9 +46,17 @@ type Prop struct {
 	Pattern          string
 	Format           string
 	// Enum lists the allowed values as compact JSON; Labels names each
-	// (from the common "enumNames" keyword, or the value itself).
-	Enum   []json.RawMessage
-	Labels []string
+	// (from the common "enumNames" keyword, the title of a oneOf/anyOf
+	// member, or the value itself). EnumStyle says how the schema wrote
+	// them: EnumPlain, EnumNames, EnumOneOf or EnumAnyOf.
+	Enum      []json.RawMessage
+	Labels    []string
+	EnumStyle EnumStyle
+	// Items is what each element of an array argument accepts (nil for
+	// other types, or an array schema without items); MinItems and
+	// MaxItems bound how many elements it takes.
+	Items              *Prop
+	MinItems, MaxItems *int
 	// Describe says what the argument accepts, e.g. "an integer from 0
 	// to 100".
 	Describe string
@@ -91,6 +99,16 @@ func newProp(name string, s *jsonschema.Schema) *Prop {
 		}
 	}
 	p.Labels = enumLabels(s, p.Enum)
+	if names, _ := s.Extra["enumNames"].([]any); len(p.Enum) > 0 && len(names) == len(p.Enum) {
+		p.EnumStyle = EnumNames
+	}
+	if len(s.Enum) == 0 {
+		p.Enum, p.Labels, p.EnumStyle = constChoices(s)
+	}
+	if p.Type == "array" && s.Items != nil {
+		p.Items = newProp(name, s.Items)
+		p.MinItems, p.MaxItems = s.MinItems, s.MaxItems
+	}
 	p.Min, p.Max = s.Minimum, s.Maximum
 	if p.intOnly() {
 		if s.ExclusiveMinimum != nil {
@@ -110,6 +128,55 @@ func newProp(name string, s *jsonschema.Schema) *Prop {
 	}
 	p.Describe = p.describe()
 	return p
+}
+
+// EnumStyle is how a schema lists the values an argument may take.
+type EnumStyle string
+
+// The ways a schema lists allowed values.
+const (
+	// EnumPlain is "enum" alone: the values are their own labels.
+	EnumPlain EnumStyle = ""
+	// EnumNames is "enum" with the common (non-standard) "enumNames".
+	EnumNames EnumStyle = "enumNames"
+	// EnumOneOf and EnumAnyOf are "oneOf" or "anyOf" whose every member
+	// is a "const" (with its "title"): MCP's titled single- and
+	// multi-select choices.
+	EnumOneOf EnumStyle = "oneOf"
+	EnumAnyOf EnumStyle = "anyOf"
+)
+
+// constChoices reads a oneOf or anyOf whose members are all consts as the
+// values they allow, each labelled by its title (or itself).
+func constChoices(s *jsonschema.Schema) ([]json.RawMessage, []string, EnumStyle) {
+	members, style := s.OneOf, EnumOneOf
+	if len(members) == 0 {
+		members, style = s.AnyOf, EnumAnyOf
+	}
+	if len(members) == 0 {
+		return nil, nil, EnumPlain
+	}
+	values := make([]json.RawMessage, 0, len(members))
+	labels := make([]string, 0, len(members))
+	for _, m := range members {
+		if m == nil || m.Const == nil {
+			return nil, nil, EnumPlain
+		}
+		b, err := json.Marshal(*m.Const)
+		if err != nil {
+			return nil, nil, EnumPlain
+		}
+		label := m.Title
+		if label == "" {
+			label = string(b)
+			if str, ok := (*m.Const).(string); ok {
+				label = str
+			}
+		}
+		values = append(values, b)
+		labels = append(labels, label)
+	}
+	return values, labels, style
 }
 
 // enumLabels reads human labels for enum values from the non-standard but

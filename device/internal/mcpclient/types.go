@@ -89,8 +89,12 @@ func (t Tool) UserOnly() bool {
 	return true
 }
 
-// Content is one item of a tool result. Boards send exactly one text item;
-// other kinds are passed through.
+// Content is one item of a tool result. The stock firmware sends exactly
+// one text item; other boards (custom firmware, py-xiaozhi) may send any
+// of MCP's tool result content: image, audio, resource_link and resource
+// (an embedded resource). Every field MCP defines for them is kept, so
+// that the item reaches a host as the board sent it; whether it is well
+// formed is for the layer that re-exports it to decide.
 type Content struct {
 	Type     string `json:"type"`
 	Text     string `json:"text,omitempty"`
@@ -99,12 +103,95 @@ type Content struct {
 	// Image is the firmware's non-standard image item: a JSON string that
 	// itself holds {"type":"image","mimeType":..,"data":..}.
 	Image string `json:"image,omitempty"`
+	// URI, Name, Title, Description and Size describe a resource_link.
+	URI         string `json:"uri,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description,omitempty"`
+	Size        *int64 `json:"size,omitempty"`
+	// Resource is an embedded resource's contents ({uri, mimeType?, text}
+	// or {uri, mimeType?, blob}), as the board sent them.
+	Resource json.RawMessage `json:"resource,omitempty"`
+	// Annotations and Meta are the item's annotations and _meta objects.
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	Meta        json.RawMessage `json:"_meta,omitempty"`
 }
 
-// CallResult is a tools/call result.
+// contentWire is Content as decoded: the fields every board has always
+// been held to (type, text, data, mimeType, image) are strict, so a reply
+// with a number where text belongs is still malformed; the fields added
+// for other content kinds are lenient, and one of the wrong JSON type is
+// dropped rather than failing the whole reply.
+type contentWire struct {
+	Type        string          `json:"type"`
+	Text        string          `json:"text"`
+	Data        string          `json:"data"`
+	MimeType    string          `json:"mimeType"`
+	Image       string          `json:"image"`
+	URI         json.RawMessage `json:"uri"`
+	Name        json.RawMessage `json:"name"`
+	Title       json.RawMessage `json:"title"`
+	Description json.RawMessage `json:"description"`
+	Size        json.RawMessage `json:"size"`
+	Resource    json.RawMessage `json:"resource"`
+	Annotations json.RawMessage `json:"annotations"`
+	Meta        json.RawMessage `json:"_meta"`
+}
+
+// UnmarshalJSON decodes one content item (see contentWire).
+func (c *Content) UnmarshalJSON(b []byte) error {
+	var w contentWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Content{Type: w.Type, Text: w.Text, Data: w.Data, MimeType: w.MimeType, Image: w.Image,
+		URI: jsonString(w.URI), Name: jsonString(w.Name), Title: jsonString(w.Title),
+		Description: jsonString(w.Description), Resource: jsonObject(w.Resource),
+		Annotations: jsonObject(w.Annotations), Meta: jsonObject(w.Meta)}
+	var size int64
+	if json.Unmarshal(w.Size, &size) == nil && size >= 0 {
+		c.Size = &size
+	}
+	return nil
+}
+
+// jsonString is raw if it is a JSON string, else "".
+func jsonString(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// jsonObject is raw if it is a JSON object, else nil. raw comes from the
+// decoder, so it is valid JSON with no leading space.
+func jsonObject(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	return raw
+}
+
+// CallResult is a tools/call result. StructuredContent is the board's
+// structuredContent when it is a JSON object, else nil.
 type CallResult struct {
-	Content []Content `json:"content"`
-	IsError bool      `json:"isError"`
+	Content           []Content       `json:"content"`
+	IsError           bool            `json:"isError"`
+	StructuredContent json.RawMessage `json:"structuredContent,omitempty"`
+}
+
+// UnmarshalJSON decodes a result, keeping structuredContent only when it is
+// an object (as MCP requires).
+func (r *CallResult) UnmarshalJSON(b []byte) error {
+	type plain CallResult
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	p.StructuredContent = jsonObject(p.StructuredContent)
+	*r = CallResult(p)
+	return nil
 }
 
 // Text joins the text items of the result.
