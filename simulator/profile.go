@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -117,7 +118,11 @@ const (
 	BehaviorGet             Behavior = "get"
 	BehaviorConst           Behavior = "const"
 	BehaviorFail            Behavior = "fail"
+	BehaviorSleep           Behavior = "sleep"
 )
+
+// MaxSleep bounds what a sleep tool waits, whatever its argument says.
+const MaxSleep = 300 * time.Second
 
 // Tool is one MCP tool of a board.
 type Tool struct {
@@ -130,7 +135,7 @@ type Tool struct {
 	Behavior Behavior
 	// Key is the state key for get, or the key prefix for set.
 	Key string
-	// Text is the result of const or the error message of fail.
+	// Text is the result of const or sleep, or the error message of fail.
 	Text string
 }
 
@@ -494,8 +499,8 @@ func (t *Tool) checkBehavior(p *Profile) error {
 	if t.Key != "" && t.Behavior != BehaviorSet && t.Behavior != BehaviorGet {
 		return fmt.Errorf("key is only used by the set and get behaviors")
 	}
-	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail {
-		return fmt.Errorf("text is only used by the const and fail behaviors")
+	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail && t.Behavior != BehaviorSleep {
+		return fmt.Errorf("text is only used by the const, fail and sleep behaviors")
 	}
 	switch t.Behavior {
 	case BehaviorDeviceStatus, BehaviorLampState, BehaviorLampOn, BehaviorLampOff,
@@ -503,6 +508,16 @@ func (t *Tool) checkBehavior(p *Profile) error {
 		return nil
 	case BehaviorSetVolume:
 		return needProp("volume", TypeInteger)
+	case BehaviorSleep:
+		if err := needProp("seconds", TypeInteger); err != nil {
+			return err
+		}
+		for _, prop := range t.Properties {
+			if prop.Name == "seconds" && prop.Max != nil && time.Duration(*prop.Max)*time.Second > MaxSleep {
+				return fmt.Errorf("behavior sleep waits at most %d seconds; give seconds a max of at most that", int(MaxSleep/time.Second))
+			}
+		}
+		return nil
 	case BehaviorSetBrightness:
 		if err := needProp("brightness", TypeInteger); err != nil {
 			return err
