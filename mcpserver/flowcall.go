@@ -56,7 +56,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		return res // before asking the user anything
 	}
 	if s.flow == nil {
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	args, confirmed := s.splitConfirm(e, args)
 	modern, canAsk := askable(req)
@@ -65,7 +65,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 			s.lines().unconfirmed.Info(s.log, "tool call refused: needs confirmation", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
 			return confirmRequired(e, args)
 		}
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	ft := s.flowTool(e)
 	plan, err := ft.Plan(args, false)
@@ -76,7 +76,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		if e.confirm {
 			return errorResult("%s", flowMessage(err))
 		}
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	if modern {
 		return s.mrtrRound(ctx, req, e, ft, args, plan)
@@ -242,7 +242,10 @@ func (s *Server) nextStep(ctx context.Context, req *mcp.CallToolRequest, e *entr
 		return declined(e, "decline"), nil
 	}
 	if plan.Ready() {
-		return s.call(ctx, req, e, plan.Args), nil
+		return s.run(ctx, req, e, plan.Args), nil
+	}
+	if s.confirmsInTask(ctx, e, plan) {
+		return s.startConfirming(ctx, e, plan), nil // the task asks (tasks.go)
 	}
 	if round >= s.maxRounds() {
 		return tooManyRounds(e, round), nil
@@ -275,7 +278,7 @@ func (s *Server) cannotAsk(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	if e.confirm {
 		return errorResult("%s", flowMessage(err))
 	}
-	return s.call(ctx, req, e, plan.Args)
+	return s.run(ctx, req, e, plan.Args)
 }
 
 // mrtrRound is one round of the modern path. The first call plans from the
@@ -321,7 +324,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			}
 		}
 	}
-	if call != "" && !plan.Declined && plan.Ready() {
+	if call != "" && !plan.Declined && (plan.Ready() || s.confirmsInTask(ctx, e, plan)) {
 		if refused := s.spendCall(ctx, e, call); refused != nil {
 			return refused
 		}

@@ -112,6 +112,8 @@ type Options struct {
 	Flow FlowOptions `yaml:"-"`
 	// Access: authentication, policy and audit (access.go).
 	Access Access `yaml:"-"`
+	// Tasks: long calls as MCP tasks (tasks.go; the mcp.tasks: section).
+	Tasks TaskOptions `yaml:"tasks"`
 }
 
 // withDefaults returns o with unset fields set to their defaults.
@@ -129,6 +131,7 @@ func (o Options) withDefaults() Options {
 	o.MaxBodyBytes = cmp.Or(max(o.MaxBodyBytes, 0), DefaultMaxBodyBytes)
 	o.RateBurst = cmp.Or(max(o.RateBurst, 0), max(DefaultRateBurst, int(o.RateLimit))) // after RateLimit
 	o.EventStoreBytes = cmp.Or(max(o.EventStoreBytes, 0), DefaultEventStoreBytes)
+	o.Tasks = o.Tasks.withDefaults()
 	return o
 }
 
@@ -150,6 +153,7 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("mcp.page_size must not be negative"))
 	}
 	errs = append(errs, o.Flow.validate()...)
+	errs = append(errs, o.Tasks.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -182,6 +186,8 @@ type Server struct {
 
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
+
+	tk *taskState // tasks (tasks.go); nil when off
 
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
@@ -224,6 +230,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	if !opts.Tasks.Disabled {
+		caps.AddExtension(extTasks, nil) // legacy sessions see capabilities.tasks instead (tasks.go)
+	}
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
@@ -253,6 +262,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	})
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
+	if err := s.setupTasks(); err != nil {           // tasks (tasks.go), outside access
+		return nil, err
+	}
 	if opts.Observer != nil {
 		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
 	}
@@ -273,6 +285,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		Authenticated:        s.authenticated(),
 		Lifetime:             s.ctx,
 		CallerHeader:         headerCaller,
+		TaskHeader:           headerTask,
 		Caller:               statelessCaller,
 		Logger:               s.log,
 		SDKLogger:            sdkLogger(s.log.Named("http")),
@@ -344,6 +357,7 @@ const (
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
+	s.closeTasks()
 	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
@@ -539,6 +553,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	// every caller) before anything reaches the board.
 	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, args)
 	stop()
+	noteCallErr(ctx, err) // a task tells a board's error apart (tasks.go)
 	took := time.Since(start)
 
 	var out *mcp.CallToolResult
