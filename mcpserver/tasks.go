@@ -437,8 +437,11 @@ func (s *Server) startConfirming(ctx context.Context, e *entry, plan *flow.Plan)
 }
 
 // placeholder is what the call path returns for a call that became a
-// task; the client never sees it.
-var placeholder = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "started as a task"}}}
+// task; the client never sees it. A new one each time: go-sdk sets fields
+// of the result it is handed.
+func placeholder() *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "started as a task"}}}
+}
 
 // start starts the task. plan, when not nil, still needs the
 // confirmation, which the task asks first.
@@ -470,12 +473,12 @@ func (ts *taskStart) start(ctx context.Context, e *entry, args json.RawMessage, 
 		default:
 			ts.refused = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("%s was not started as a task: %v.", e.tool.Name, err)}
 		}
-		return placeholder
+		return placeholder()
 	}
 	ts.created = &snap
 	s.log.Info("tool call runs as a task", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name),
 		zap.Bool("confirm_in_task", plan != nil), zap.Duration("ttl", snap.TTL))
-	return placeholder
+	return placeholder()
 }
 
 // callErrKey carries, into call, where to leave the board's error.

@@ -1,13 +1,16 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,17 +109,6 @@ type rpcReply struct {
 	}
 }
 
-func readReply(t *testing.T, resp *http.Response) rpcReply {
-	t.Helper()
-	msg := rawMessage(t, resp)
-	raw, err := json.Marshal(msg)
-	require.NoError(t, err)
-	var r rpcReply
-	require.NoError(t, json.Unmarshal(raw, &r))
-	require.True(t, r.Result != nil || r.Error != nil, "neither result nor error: %s", raw)
-	return r
-}
-
 // caller is who sends raw requests: a bearer token ("" for none), and for
 // the modern era whether the request declares the tasks extension.
 type caller struct {
@@ -124,42 +116,92 @@ type caller struct {
 	declare bool
 }
 
-// modernRPC sends a 2026-07-28 request with the headers and _meta a
-// client sends; name is Mcp-Name ("" leaves it out).
-func (c caller) modernRPC(b *bridge, method, name string, params map[string]any) rpcReply {
-	caps := map[string]any{"elicitation": map[string]any{}}
-	if c.declare {
-		caps["extensions"] = map[string]any{extTasks: map[string]any{}}
-	}
+// rpcIDs numbers raw requests: ids must differ within a legacy session.
+var rpcIDs atomic.Int64
+
+// send posts one JSON-RPC request, of the legacy era in session sid, else
+// of the modern era with the headers and _meta a client sends (name is
+// Mcp-Name, "" to leave it out). It does not fail the test, so that
+// goroutines may use it.
+func (c caller) send(b *bridge, sid, method, name string, params map[string]any) (rpcReply, error) {
 	if params == nil {
 		params = map[string]any{}
 	}
-	params["_meta"] = map[string]any{
-		"io.modelcontextprotocol/protocolVersion":    modern,
-		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw", "version": "1"},
-		"io.modelcontextprotocol/clientCapabilities": caps,
-	}
-	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	require.NoError(b.T, err)
-	h := map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": method}
-	if name != "" {
-		h["Mcp-Name"] = name
+	h := map[string]string{}
+	if sid != "" {
+		h["MCP-Protocol-Version"], h["Mcp-Session-Id"] = legacy, sid
+	} else {
+		caps := map[string]any{"elicitation": map[string]any{}}
+		if c.declare {
+			caps["extensions"] = map[string]any{extTasks: map[string]any{}}
+		}
+		params["_meta"] = map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    modern,
+			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": caps,
+		}
+		h["MCP-Protocol-Version"], h["Mcp-Method"] = modern, method
+		if name != "" {
+			h["Mcp-Name"] = name
+		}
 	}
 	if c.token != "" {
 		h["Authorization"] = "Bearer " + c.token
 	}
-	return readReply(b.T.(*testing.T), do(b, rawRequest(b, "POST", string(body), h)))
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rpcIDs.Add(1), "method": method, "params": params})
+	if err != nil {
+		return rpcReply{}, err
+	}
+	req, err := http.NewRequest(http.MethodPost, b.URL, bytes.NewReader(body))
+	if err != nil {
+		return rpcReply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.HTTP.Do(req)
+	if err != nil {
+		return rpcReply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return rpcReply{}, err
+	}
+	data := raw
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		data = nil
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "" {
+				data = []byte(d)
+			}
+		}
+	}
+	var r rpcReply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("%d %q: %w", resp.StatusCode, raw, err)
+	}
+	if r.Result == nil && r.Error == nil {
+		return r, fmt.Errorf("neither result nor error: %s", data)
+	}
+	return r, nil
 }
 
-// legacyRPC sends a request in legacy session sid.
-func (c caller) legacyRPC(b *bridge, sid, method string, params map[string]any) rpcReply {
-	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+func (c caller) modernRPC(b *bridge, method, name string, params map[string]any) rpcReply {
+	b.T.Helper()
+	r, err := c.send(b, "", method, name, params)
 	require.NoError(b.T, err)
-	h := map[string]string{"MCP-Protocol-Version": legacy, "Mcp-Session-Id": sid}
-	if c.token != "" {
-		h["Authorization"] = "Bearer " + c.token
-	}
-	return readReply(b.T.(*testing.T), do(b, rawRequest(b, "POST", string(body), h)))
+	return r
+}
+
+func (c caller) legacyRPC(b *bridge, sid, method string, params map[string]any) rpcReply {
+	b.T.Helper()
+	require.NotEmpty(b.T, sid)
+	r, err := c.send(b, sid, method, "", params)
+	require.NoError(b.T, err)
+	return r
 }
 
 // Task methods through the go-sdk client.
@@ -656,4 +698,61 @@ func TestTasksOff(t *testing.T) {
 	assert.Equal(t, -32601, e.Code)
 	_, _, body := rawStatus(b, "POST", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, nil)
 	assert.False(t, strings.Contains(body, `"tasks"`), body)
+}
+
+// TestTasksConcurrently: many callers start tasks at once, in both eras;
+// each gets its own, and each ends with its own result.
+func TestTasksConcurrently(t *testing.T) {
+	tb := startTaskBridge(t, nil)
+	b := tb.bridge
+	cs := taskClient(t, b, modern, false, nil)
+	legacyCS := taskClient(t, b, legacy, false, nil)
+	compute := labTool("self.compute")
+	ids := make(chan string, 16)
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			args := map[string]any{"name": compute, "arguments": map[string]any{"seconds": 0}}
+			var r rpcReply
+			var err error
+			if i%2 == 0 {
+				r, err = caller{declare: true}.send(b, "", "tools/call", compute, args)
+			} else {
+				args["task"] = map[string]any{}
+				r, err = caller{}.send(b, legacyCS.ID(), "tools/call", "", args)
+				if task, ok := r.Result["task"].(map[string]any); ok {
+					r.Result = task
+				}
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			if r.Error != nil || str(r.Result["taskId"]) == "" {
+				errs <- fmt.Errorf("no task: %+v", r)
+				return
+			}
+			ids <- fmt.Sprintf("%d %s", i%2, str(r.Result["taskId"]))
+		}()
+	}
+	seen := map[string]bool{}
+	for range 16 {
+		select {
+		case id := <-ids:
+			seen[id] = true
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the calls did not all answer")
+		}
+	}
+	require.Len(t, seen, 16, "16 distinct tasks")
+	for entry := range seen {
+		era, id, _ := strings.Cut(entry, " ")
+		if era == "1" {
+			assert.Contains(t, string(mustTask(t, legacyCS, "tasks/result", id).Content), "done after 0 s")
+			continue
+		}
+		assert.Equal(t, "done after 0 s", resultText(t, waitStatus(t, cs, id, "completed").Result))
+	}
 }
