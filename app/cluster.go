@@ -15,6 +15,7 @@ import (
 	"github.com/devicebridge/devicebridge/api"
 	"github.com/devicebridge/devicebridge/cluster"
 	"github.com/devicebridge/devicebridge/device"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ota"
 )
@@ -201,6 +202,9 @@ func (a *App) startCluster(ctx context.Context) error {
 	if a.apiSrv != nil {
 		cc.Interactions = a.apiSrv.ServeForwardedInteraction
 	}
+	if a.mcp != nil {
+		cc.Tasks = a.mcp.ServeForwardedTask
+	}
 	n, err := cluster.Start(ctx, cc, a.Hub, a.log.Named("cluster"))
 	if err != nil {
 		return err
@@ -272,6 +276,20 @@ func (a *App) forwardInteraction(ctx context.Context, node string, req []byte) (
 	data, err := n.ForwardInteraction(ctx, node, req)
 	if errors.Is(err, cluster.ErrNodeGone) {
 		return nil, fmt.Errorf("%w: %v", api.ErrHolderGone, err)
+	}
+	return data, err
+}
+
+// forwardTask hands a tasks/* request to the node that holds the task
+// (mcpserver.TaskOptions.Forward).
+func (a *App) forwardTask(ctx context.Context, node string, req []byte) ([]byte, error) {
+	n := a.Cluster()
+	if n == nil {
+		return nil, fmt.Errorf("%w: this bridge is not in a fleet", mcpserver.ErrTaskHolderGone)
+	}
+	data, err := n.ForwardTask(ctx, node, req)
+	if errors.Is(err, cluster.ErrNodeGone) {
+		return nil, fmt.Errorf("%w: %v", mcpserver.ErrTaskHolderGone, err)
 	}
 	return data, err
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -297,6 +298,8 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, conformance, robot or a file)")
 	fs.BoolVar(&cfg.Devices.WithUserTools, "with-user-tools", cfg.Devices.WithUserTools, "list boards' user-only tools too")
 	fs.DurationVar(&cfg.Devices.CallTimeout, "call-timeout", cfg.Devices.CallTimeout, "default tools/call timeout (0 = 30s)")
+	fs.Var(toolTimeoutFlag{&cfg.Devices.ToolTimeouts}, "tool-timeout",
+		"TOOL=DURATION: the timeout of one board tool, up to 5m, e.g. self.upgrade_firmware=300s (repeatable); longer than --call-timeout makes it a task tool")
 	registerMQTTFlags(fs, &cfg.MQTT)
 	registerMCPFlags(fs, &cfg.MCP)
 	registerFlowFlags(fs, &cfg.Flow)
@@ -415,6 +418,40 @@ var ErrVersion = errors.New("version requested")
 
 // stringList is a repeatable string flag; each use adds to the list the
 // file set.
+// toolTimeoutFlag parses repeatable TOOL=DURATION pairs into
+// devices.tool_timeouts (the range is checked with the rest of the
+// config).
+type toolTimeoutFlag struct{ m *map[string]time.Duration }
+
+func (f toolTimeoutFlag) String() string {
+	if f.m == nil || *f.m == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(*f.m))
+	for k, v := range *f.m {
+		parts = append(parts, k+"="+v.String())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (f toolTimeoutFlag) Set(v string) error {
+	tool, d, ok := strings.Cut(v, "=")
+	tool = strings.TrimSpace(tool)
+	if !ok || tool == "" {
+		return fmt.Errorf("want TOOL=DURATION (e.g. self.upgrade_firmware=300s), got %q", v)
+	}
+	dur, err := time.ParseDuration(strings.TrimSpace(d))
+	if err != nil {
+		return fmt.Errorf("want TOOL=DURATION (e.g. self.upgrade_firmware=300s), got %q: %v", v, err)
+	}
+	if *f.m == nil {
+		*f.m = map[string]time.Duration{}
+	}
+	(*f.m)[tool] = dur
+	return nil
+}
+
 type stringList struct{ p *[]string }
 
 func (s stringList) String() string {

@@ -69,7 +69,7 @@ var numericKeys = map[string]numRange{
 
 	"devices.request_timeout":                   durations(100*time.Millisecond, 10*time.Minute),
 	"devices.call_timeout":                      durations(100*time.Millisecond, time.Hour),
-	"devices.tool_timeouts.*":                   durations(100*time.Millisecond, time.Hour),
+	"devices.tool_timeouts.*":                   durations(100*time.Millisecond, device.MaxToolTimeout),
 	"devices.init_timeout":                      durations(time.Second, time.Hour),
 	"devices.ready_wait":                        durations(100*time.Millisecond, 10*time.Minute),
 	"devices.queue_size":                        counts(1, 4096),
@@ -118,6 +118,10 @@ var numericKeys = map[string]numRange{
 	"mcp.max_sessions":            counts(1, 1<<20),
 	"mcp.max_sessions_per_client": counts(1, 1<<20),
 	"mcp.event_store_bytes":       byteSizes(64*kib, 4*gib),
+	"mcp.tasks.ttl":               durations(time.Second, day),
+	"mcp.tasks.poll_interval":     durations(100*time.Millisecond, time.Minute),
+	"mcp.tasks.max_tasks":         counts(1, 1<<16),
+	"mcp.tasks.max_per_caller":    counts(1, 1<<16),
 
 	"flow.timeout":        durations(time.Second, 7*day),
 	"flow.max_per_caller": counts(1, 1<<20),

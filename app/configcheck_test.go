@@ -88,7 +88,7 @@ func TestNumberErrorsReadWell(t *testing.T) {
 		"websocket: {hello_timeout: -5s}":                        "websocket.hello_timeout -5s: use a duration from 100ms to 5m; default 10s",
 		"websocket: {max_connections: -1}":                       "websocket.max_connections -1: use a whole number from 1 to 1048576; default 16384",
 		"devices: {queue_size: 0}":                               "devices.queue_size 0: use a whole number from 1 to 4096; default 16",
-		"devices: {tool_timeouts: {self.camera.take_photo: 0s}}": "devices.tool_timeouts.self.camera.take_photo 0s: use a duration from 100ms to 1h; default 1m",
+		"devices: {tool_timeouts: {self.camera.take_photo: 0s}}": "devices.tool_timeouts.self.camera.take_photo 0s: use a duration from 100ms to 5m; default 1m",
 		"mqtt: {liveness: {interval: 0s}}":                       "mqtt.liveness.interval 0s: use a duration from 1s to 24h, or a negative value, which turns probing off; default 1m",
 		"tracing: {sample_ratio: 0}":                             "tracing.sample_ratio 0: use a number above 0, up to 1; default 1",
 	} {

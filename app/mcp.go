@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"sort"
 	"strings"
 
 	"go.uber.org/zap"
@@ -42,6 +43,8 @@ func defaultMCPConfig() MCPConfig {
 		EventStoreBytes:      mcpserver.DefaultEventStoreBytes,
 		MaxSessions:          mcpserver.DefaultMaxSessions,
 		MaxSessionsPerClient: mcpserver.DefaultMaxSessionsPerClient,
+		Tasks: mcpserver.TaskOptions{TTL: mcpserver.DefaultTaskTTL, PollInterval: mcpserver.DefaultTaskPollInterval,
+			MaxTasks: mcpserver.DefaultMaxTasks, MaxPerCaller: mcpserver.DefaultMaxTasksPerCall},
 	}}
 }
 
@@ -79,6 +82,23 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 		"most MCP sessions of one client (identity, else address); past it initialize gets 429")
 	fs.DurationVar(&c.SessionTimeout, "mcp-session-timeout", c.SessionTimeout,
 		"close an MCP session with no request in flight and no stream open for this long")
+	fs.Var(stringList{&c.Tasks.Tools}, "mcp-task-tool",
+		"board tool (name or pattern like *photo*) that runs as an MCP task for clients that take tasks (repeatable)")
+}
+
+// taskTools are the board tools that run as tasks: those mcp.tasks.tools
+// names, and every tool whose devices.tool_timeouts is longer than
+// devices.call_timeout (a tool given more time than the others is a tool
+// a caller may not want to wait for).
+func taskTools(c Config) []string {
+	out := append([]string(nil), c.MCP.Tasks.Tools...)
+	for tool, d := range c.Devices.ToolTimeouts {
+		if d > c.Devices.CallTimeout {
+			out = append(out, tool)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // aliasFlag parses repeatable MAC=alias pairs.
@@ -120,6 +140,16 @@ func (a *App) startMCP(ctx context.Context, mux *frontdoor.Mux) error {
 	log := a.log.Named("mcp")
 	opts := c.options(Version, a.cfg.Control.Tokens, log)
 	opts.Observer = a.Metrics
+	opts.Tasks.Tools = taskTools(a.cfg)
+	// In a fleet, task ids name their node, and the others forward to it
+	// (the cluster starts after /mcp: both are read when used).
+	opts.Tasks.Node = func() string {
+		if n := a.Cluster(); n != nil {
+			return n.ID()
+		}
+		return ""
+	}
+	opts.Tasks.Forward = a.forwardTask
 	guard := a.mcpGuard(opts.Tokens)
 	opts.Access = a.mcpAccess(guard.Verifier != nil)
 	if opts.Flow, err = a.cfg.Flow.options(); err != nil {

@@ -102,8 +102,11 @@ func (n *Node) serveCalls() error {
 		return fmt.Errorf("cluster: subscribe to cancellations: %w", err)
 	}
 	n.subs = append(n.subs, call, cancel)
-	if h := n.cfg.Interactions; h != nil {
-		sub, err := n.nc.Subscribe(n.subject("interaction", n.cfg.NodeID), func(m *nats.Msg) {
+	for kind, h := range map[string]func(context.Context, []byte) []byte{"interaction": n.cfg.Interactions, "task": n.cfg.Tasks} {
+		if h == nil {
+			continue
+		}
+		sub, err := n.nc.Subscribe(n.subject(kind, n.cfg.NodeID), func(m *nats.Msg) {
 			n.goOwned(func() {
 				ctx, cancel := n.deadlineOf(m)
 				defer cancel()
@@ -113,17 +116,17 @@ func (n *Node) serveCalls() error {
 					// call it routes on carries them.
 					reply.Data = h(policy.WithIdentity(ctx, who), m.Data)
 				} else {
-					n.refusals.Warn(n.log, "refused a forwarded interaction request that did not say who is calling",
+					n.refusals.Warn(n.log, "refused a forwarded "+kind+" request that did not say who is calling",
 						clip.Field("from", m.Header.Get(hdrFrom)))
 					reply.Header.Set(hdrRefused, errNoCaller)
 				}
 				if err := m.RespondMsg(reply); err != nil && n.ctx.Err() == nil {
-					n.log.Debug("could not answer a forwarded interaction request", zap.Error(err))
+					n.log.Debug("could not answer a forwarded request", zap.String("kind", kind), zap.Error(err))
 				}
 			})
 		})
 		if err != nil {
-			return fmt.Errorf("cluster: subscribe to interactions: %w", err)
+			return fmt.Errorf("cluster: subscribe to %ss: %w", kind, err)
 		}
 		n.subs = append(n.subs, sub)
 	}
@@ -147,6 +150,17 @@ var ErrNodeGone = errors.New("the node does not answer")
 // The caller's deadline travels with it (RemoteCallLimit without one). An
 // error wraps ErrNodeGone when that node is not in the fleet any more.
 func (n *Node) ForwardInteraction(ctx context.Context, node string, req []byte) ([]byte, error) {
+	return n.forward(ctx, "interaction", node, req)
+}
+
+// ForwardTask sends a request for an MCP task to the node that holds it
+// (Config.Tasks there) and returns its reply, as ForwardInteraction does.
+func (n *Node) ForwardTask(ctx context.Context, node string, req []byte) ([]byte, error) {
+	return n.forward(ctx, "task", node, req)
+}
+
+// forward is a request/reply to node's handler of kind, with the caller.
+func (n *Node) forward(ctx context.Context, kind, node string, req []byte) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.RemoteCallLimit)
@@ -156,7 +170,7 @@ func (n *Node) ForwardInteraction(ctx context.Context, node string, req []byte) 
 	if sanitize(node) != node {
 		return nil, fmt.Errorf("%w: %q is not a node id", ErrNodeGone, node)
 	}
-	msg := &nats.Msg{Subject: n.subject("interaction", node), Data: req, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: n.subject(kind, node), Data: req, Header: nats.Header{}}
 	msg.Header.Set(hdrDeadline, deadline.UTC().Format(time.RFC3339Nano))
 	n.setCaller(ctx, msg)
 	resp, err := n.nc.RequestMsgWithContext(ctx, msg)

@@ -57,8 +57,8 @@ type Config struct {
 	// "devicebridge"); two fleets on one NATS use two prefixes.
 	Prefix string
 	// RemoteCallLimit bounds a remote call whose caller set no deadline
-	// (default 5 minutes): the holder still applies the board's own call
-	// timeouts.
+	// (default 6 minutes, a minute past device.MaxToolTimeout): the holder
+	// still applies the board's own call timeouts.
 	RemoteCallLimit time.Duration
 	// CatalogGCInterval is how often the node with the lowest id among the
 	// live nodes looks for tool catalogs no board record references
@@ -81,6 +81,10 @@ type Config struct {
 	// <prefix>.interaction.<node> (ForwardInteraction): it gets the
 	// request body and returns the reply body.
 	Interactions func(ctx context.Context, req []byte) []byte
+	// Tasks, when set, serves the requests other nodes forward for the
+	// MCP tasks this node holds, on <prefix>.task.<node> (ForwardTask):
+	// it gets the request body and returns the reply body.
+	Tasks func(ctx context.Context, req []byte) []byte
 	// Policy is this node's policy, which it applies to the calls other
 	// nodes route to its boards, as the identity of the caller each call
 	// carries (a call without one is refused); nil allows every caller,

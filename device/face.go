@@ -81,3 +81,9 @@ const (
 // DefaultToolTimeouts are the per-tool call timeouts boards need (tools that
 // legitimately take long, such as taking a photo).
 func DefaultToolTimeouts() map[string]time.Duration { return mcpclient.DefaultToolTimeouts() }
+
+// MaxToolTimeout is the longest per-tool timeout the bridge's
+// configuration accepts (devices.tool_timeouts): firmware has tools that
+// take up to five minutes (a firmware upgrade over a slow link). A caller
+// that will not wait that long takes the call as an MCP task.
+const MaxToolTimeout = 5 * time.Minute

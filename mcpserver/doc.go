@@ -19,11 +19,14 @@
 //     behind the front door that checks Host, Origin and credentials. A
 //     request passes, in order: rateLimit (ratelimit.go), bodyLimit
 //     (bodylimit.go), bindLifetime (lifetime.go), stripCaller (caller.go),
-//     then route (route.go) by protocol era: modern requests get their
-//     caller identity (setCaller) and the stateless go-sdk handler; legacy
+//     markTask (task.go), then route (route.go) by protocol era: modern
+//     requests get their caller identity (setCaller) and the stateless
+//     go-sdk handler; legacy
 //     ones pass session admission (sessions.go: caps, idle timeout) and
 //     cancellation tracking (tracker.go: the result of a call the client
-//     cancelled is withheld) to the stateful, resumable handler.
+//     cancelled is withheld) to the stateful, resumable handler;
+//   - long calls as MCP tasks in both eras (tasks.go, tasks_wire.go,
+//     tasks_fleet.go; the store is the sub-package taskstore).
 //
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
@@ -35,7 +38,8 @@
 //
 // Lock order: Server.syncMu before Server.tombMu; syncMu is also held while
 // sync reads the device Hub and adds or removes the go-sdk server's tools.
-// logSessions.mu, callNotes.mu, boardNews.mu and mcphttp's mutexes are
-// leaves (logSessions.mu is held while the go-sdk server lists its
-// sessions).
+// logSessions.mu, callNotes.mu, boardNews.mu, taskstore.Store.mu and
+// mcphttp's mutexes are leaves (logSessions.mu is held while the go-sdk
+// server lists its sessions). Each task runs on a goroutine of the task
+// store, which Server.Close cancels and waits for.
 package mcpserver

@@ -57,7 +57,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		return res // before asking the user anything
 	}
 	if s.flow == nil {
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	args, confirmed := s.splitConfirm(e, args)
 	modern, canAsk := askable(req)
@@ -67,7 +67,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 			notesOf(ctx).refused(e, "it needs the user's confirmation, and this client cannot ask the user")
 			return confirmRequired(e, args)
 		}
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	ft := s.flowTool(e)
 	plan, err := ft.Plan(args, false)
@@ -78,7 +78,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		if e.confirm {
 			return errorResult("%s", flowMessage(err))
 		}
-		return s.call(ctx, req, e, args)
+		return s.run(ctx, req, e, args)
 	}
 	if modern {
 		return s.mrtrRound(ctx, req, e, ft, args, plan)
@@ -245,7 +245,10 @@ func (s *Server) nextStep(ctx context.Context, req *mcp.CallToolRequest, e *entr
 		return declined(e, "decline"), nil
 	}
 	if plan.Ready() {
-		return s.call(ctx, req, e, plan.Args), nil
+		return s.run(ctx, req, e, plan.Args), nil
+	}
+	if s.confirmsInTask(ctx, e, plan) {
+		return s.startConfirming(ctx, e, plan), nil // the task asks (tasks.go)
 	}
 	if round >= s.maxRounds() {
 		return tooManyRounds(e, round), nil
@@ -278,7 +281,7 @@ func (s *Server) cannotAsk(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	if e.confirm {
 		return errorResult("%s", flowMessage(err))
 	}
-	return s.call(ctx, req, e, plan.Args)
+	return s.run(ctx, req, e, plan.Args)
 }
 
 // mrtrRound is one round of the modern path. The first call plans from the
@@ -324,7 +327,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 			}
 		}
 	}
-	if call != "" && !plan.Declined && plan.Ready() {
+	if call != "" && !plan.Declined && (plan.Ready() || s.confirmsInTask(ctx, e, plan)) {
 		if refused := s.spendCall(ctx, e, call); refused != nil {
 			return refused
 		}

@@ -14,6 +14,8 @@ type callerLines struct {
 	askFailed, badState, replayUnchecked, replayed logthrottle.Throttle
 	// Interaction requests that failed inside the bridge (flow.go).
 	flowFailed logthrottle.Throttle
+	// Tasks refused past a bound, and tasks/* forwarded in vain (tasks.go).
+	taskRefused, taskForward logthrottle.Throttle
 }
 
 // lines are the server's callerLines.

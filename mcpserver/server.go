@@ -114,6 +114,8 @@ type Options struct {
 	Flow FlowOptions `yaml:"-"`
 	// Access: authentication, policy and audit (access.go).
 	Access Access `yaml:"-"`
+	// Tasks: long calls as MCP tasks (tasks.go; the mcp.tasks: section).
+	Tasks TaskOptions `yaml:"tasks"`
 }
 
 // withDefaults returns o with unset fields set to their defaults.
@@ -131,6 +133,7 @@ func (o Options) withDefaults() Options {
 	o.MaxBodyBytes = cmp.Or(max(o.MaxBodyBytes, 0), DefaultMaxBodyBytes)
 	o.RateBurst = cmp.Or(max(o.RateBurst, 0), max(DefaultRateBurst, int(o.RateLimit))) // after RateLimit
 	o.EventStoreBytes = cmp.Or(max(o.EventStoreBytes, 0), DefaultEventStoreBytes)
+	o.Tasks = o.Tasks.withDefaults()
 	return o
 }
 
@@ -152,6 +155,7 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("mcp.page_size must not be negative"))
 	}
 	errs = append(errs, o.Flow.validate()...)
+	errs = append(errs, o.Tasks.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -188,6 +192,7 @@ type Server struct {
 	// logSessions are the legacy sessions that asked for log messages
 	// (clientlog.go).
 	logSessions logSessions
+	tk *taskState // tasks (tasks.go); nil when off
 
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
@@ -232,6 +237,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
 	//lint:ignore SA1019 deprecated in 2026-07-28, still defined there (per request) and served in both eras (clientlog.go)
 	caps.Logging = &mcp.LoggingCapabilities{}
+	if !opts.Tasks.Disabled {
+		caps.AddExtension(extTasks, nil) // legacy sessions see capabilities.tasks instead (tasks.go)
+	}
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
@@ -262,6 +270,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	s.mcp.AddReceivingMiddleware(s.notesMiddleware, s.setLevelMiddleware) // notes.go, clientlog.go
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
+	if err := s.setupTasks(); err != nil {           // tasks (tasks.go), outside access
+		return nil, err
+	}
 	if opts.Observer != nil {
 		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
 	}
@@ -282,6 +293,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		Authenticated:        s.authenticated(),
 		Lifetime:             s.ctx,
 		CallerHeader:         headerCaller,
+		TaskHeader:           headerTask,
 		Caller:               statelessCaller,
 		Logger:               s.log,
 		SDKLogger:            sdkLogger(s.log.Named("http")),
@@ -366,6 +378,7 @@ const (
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
+	s.closeTasks()
 	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
@@ -565,6 +578,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	// The Hub checks the tool and its arguments (one validation path for
 	// every caller) before anything reaches the board.
 	res, err := s.hub.CallTool(callCtx, e.deviceID, e.tool.Name, args)
+	noteCallErr(ctx, err) // a task tells a board's error apart (tasks.go)
 	took := time.Since(start)
 
 	var out *mcp.CallToolResult

@@ -234,6 +234,7 @@ var varying = []struct {
 	{"session", regexp.MustCompile(`(?m)^Mcp-Session-Id: (\S+)$`)},
 	{"flow", regexp.MustCompile(`\b(flw_[0-9a-f]{32})\b`)},
 	{"state", regexp.MustCompile(`"requestState": "([^"]+)"`)},
+	{"task", regexp.MustCompile(`"taskId": "([0-9a-f]{32})"`)},
 }
 
 // fixed are values that change from run to run but are never sent back:
@@ -243,6 +244,7 @@ var fixed = []struct {
 	with string
 }{
 	{regexp.MustCompile(`"expiresAt": [0-9]+`), `"expiresAt": <time>`},
+	{regexp.MustCompile(`"(createdAt|lastUpdatedAt)": "[0-9T:.Z-]+"`), `"$1": "<time>"`},
 	// The release version, so that a release does not rewrite transcripts.
 	{regexp.MustCompile(`"version": "` + regexp.QuoteMeta(app.Version) + `"`), `"version": "<version>"`},
 }

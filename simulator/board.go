@@ -406,6 +406,12 @@ type session struct {
 	link  link
 	tasks *mainTask
 	log   *zap.Logger
+
+	// timersMu guards timers (work to do later, off the main task: later)
+	// and ended (leaf).
+	timersMu sync.Mutex
+	timers   map[*time.Timer]struct{}
+	ended    bool
 }
 
 func newSession(b *Board, l link, log *zap.Logger) *session {
@@ -427,6 +433,37 @@ func (s *session) runMainTask(ctx context.Context) {
 		s.b.stats.tasksDiscarded.Add(uint64(n))
 		s.log.Debug("discarded queued work at link end", zap.Int("tasks", n))
 	}
+	s.timersMu.Lock()
+	s.ended = true
+	for t := range s.timers {
+		t.Stop()
+	}
+	s.timers = nil
+	s.timersMu.Unlock()
+}
+
+// later runs f after d, unless the link has ended by then. f runs on the
+// timer's goroutine and must only queue work (schedule).
+func (s *session) later(d time.Duration, f func()) {
+	s.timersMu.Lock()
+	defer s.timersMu.Unlock()
+	if s.ended {
+		return
+	}
+	if s.timers == nil {
+		s.timers = map[*time.Timer]struct{}{}
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		s.timersMu.Lock()
+		_, live := s.timers[t]
+		delete(s.timers, t)
+		s.timersMu.Unlock()
+		if live {
+			f()
+		}
+	})
+	s.timers[t] = struct{}{}
 }
 
 // sendText sends one message from the main task; a failure means the

@@ -49,8 +49,9 @@
 //
 // Board.connectMu is held for a whole connection attempt (closing the
 // previous link and waiting for its goroutines); Board.linkMu and Board.mu
-// are taken under it. Board.linkMu, Board.mu, the main task's mu and
-// MQTTConn.chMu are leaves, and a link's goroutines never take connectMu.
+// are taken under it. Board.linkMu, Board.mu, the main task's mu, a
+// session's timersMu and MQTTConn.chMu are leaves, and a link's goroutines
+// never take connectMu.
 //
 // # Profiles
 //
@@ -76,6 +77,10 @@
 //	get               the state value at key, as text
 //	const             the fixed text
 //	fail              an error reply carrying text
+//	sleep             answer after the argument seconds (at most MaxSleep, 300 s)
+//	                  with text (default "done after N s"); the wait is off the
+//	                  main task, as on a board whose tool runs in a task of its
+//	                  own, so the board answers other calls meanwhile
 //	echo              the arguments received, as a JSON object in one text
 //	content           the tool's result, given whole (see below)
 //

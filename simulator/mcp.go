@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -302,15 +303,45 @@ func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundA
 		s.replyResult(id, echoResult(args, raw))
 		return
 	}
+	if tool.Behavior == BehaviorSleep {
+		s.sleepThenReply(id, tool, args)
+		return
+	}
 	text, err := s.runTool(tool, args)
 	if err != nil {
 		s.replyError(id, err.Error())
 		return
 	}
+	s.replyText(id, text)
+}
+
+// replyText is a tool's text result.
+func (s *session) replyText(id int, text string) {
 	b := []byte(`{"content":[{"type":"text","text":`)
 	b = appendCJSONString(b, text)
 	b = append(b, `}],"isError":false}`...)
 	s.replyResult(id, string(b))
+}
+
+// sleepThenReply is the sleep behaviour: the reply is queued on the main
+// task when the time is up, and the main task is free meanwhile.
+func (s *session) sleepThenReply(id int, tool *Tool, args []boundArg) {
+	secs := 0
+	for _, a := range args {
+		if a.name == "seconds" {
+			secs, _ = a.value.(int)
+		}
+	}
+	d := min(time.Duration(max(secs, 0))*time.Second, MaxSleep)
+	text := tool.Text
+	if text == "" {
+		text = "done after " + strconv.Itoa(int(d/time.Second)) + " s"
+	}
+	if d == 0 {
+		s.replyText(id, text)
+		return
+	}
+	s.later(d, func() { s.schedule(func(context.Context) { s.replyText(id, text) }) })
 }
 
 // replyResult and replyError are McpServer::ReplyResult/ReplyError: plain

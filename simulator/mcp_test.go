@@ -520,3 +520,43 @@ tools:
 	list := h.call(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`)
 	assert.Contains(t, list, `{"name":"form","description":"a form","inputSchema":{"type":"object","properties":{"score":{"type":"number"},"tags":{"type":"array"}},"required":["score"]}}`)
 }
+
+// TestMCPSleepAnswersLater: a sleep tool answers when its time is up, and
+// the board answers other calls meanwhile; seconds 0 answers at once; the
+// text is the profile's or says how long it slept. A link that ends first
+// gets no reply.
+func TestMCPSleepAnswersLater(t *testing.T) {
+	p := mustParseProfile(t, `board: b
+tools:
+  - name: slow
+    properties:
+      - {name: seconds, type: integer, min: 0, max: 300}
+    behavior: sleep
+  - name: slow_text
+    properties:
+      - {name: seconds, type: integer, default: 0}
+    behavior: sleep
+    text: computed
+  - {name: quick, behavior: const, text: fast}
+`)
+	h := newHarness(t, Config{Profile: p})
+	assert.Equal(t, textResult(t, "9", "done after 0 s"), h.call(call("slow", `{"seconds":0}`)))
+	assert.Equal(t, textResult(t, "9", "computed"), h.call(call("slow_text", ``)))
+
+	h.request(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"seconds":1}}}`)
+	h.request(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quick"}}`)
+	assert.Equal(t, textResult(t, "2", "fast"), h.nextPayload(), "the board is free while the sleep runs")
+	assert.Equal(t, textResult(t, "1", "done after 1 s"), h.nextPayload())
+
+	// A sleep still running when the link ends never answers.
+	h.request(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"seconds":300}}}`)
+	h.stop()
+	assert.Empty(t, h.link.out)
+}
+
+func TestProfileSleepBounds(t *testing.T) {
+	_, err := ParseProfile([]byte("board: b\ntools:\n  - {name: s, behavior: sleep}\n"), "x")
+	assert.ErrorContains(t, err, `behavior sleep needs a integer property "seconds"`)
+	_, err = ParseProfile([]byte("board: b\ntools:\n  - name: s\n    behavior: sleep\n    properties:\n      - {name: seconds, type: integer, min: 0, max: 301}\n"), "x")
+	assert.ErrorContains(t, err, "at most 300 seconds")
+}

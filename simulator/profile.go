@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -120,7 +121,11 @@ const (
 	BehaviorFail            Behavior = "fail"
 	BehaviorContent         Behavior = "content"
 	BehaviorEcho            Behavior = "echo"
+	BehaviorSleep           Behavior = "sleep"
 )
+
+// MaxSleep bounds what a sleep tool waits, whatever its argument says.
+const MaxSleep = 300 * time.Second
 
 // Tool is one MCP tool of a board.
 type Tool struct {
@@ -133,7 +138,7 @@ type Tool struct {
 	Behavior Behavior
 	// Key is the state key for get, or the key prefix for set.
 	Key string
-	// Text is the result of const or the error message of fail.
+	// Text is the result of const or sleep, or the error message of fail.
 	Text string
 	// InputSchema, when set, is the tool's whole inputSchema (compact
 	// JSON), listed as written instead of one built from Properties: what
@@ -541,8 +546,8 @@ func (t *Tool) checkBehavior(p *Profile) error {
 	if t.Key != "" && t.Behavior != BehaviorSet && t.Behavior != BehaviorGet {
 		return fmt.Errorf("key is only used by the set and get behaviors")
 	}
-	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail {
-		return fmt.Errorf("text is only used by the const and fail behaviors")
+	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail && t.Behavior != BehaviorSleep {
+		return fmt.Errorf("text is only used by the const, fail and sleep behaviors")
 	}
 	if (t.Result != nil) != (t.Behavior == BehaviorContent) {
 		return fmt.Errorf("behavior content needs a result, and result is only used by it")
@@ -560,6 +565,16 @@ func (t *Tool) checkBehavior(p *Profile) error {
 		return nil
 	case BehaviorSetVolume:
 		return needProp("volume", TypeInteger)
+	case BehaviorSleep:
+		if err := needProp("seconds", TypeInteger); err != nil {
+			return err
+		}
+		for _, prop := range t.Properties {
+			if prop.Name == "seconds" && prop.Max != nil && time.Duration(*prop.Max)*time.Second > MaxSleep {
+				return fmt.Errorf("behavior sleep waits at most %d seconds; give seconds a max of at most that", int(MaxSleep/time.Second))
+			}
+		}
+		return nil
 	case BehaviorSetBrightness:
 		if err := needProp("brightness", TypeInteger); err != nil {
 			return err

@@ -13,6 +13,9 @@ type bodyInfo struct {
 	cancels    []string // request ids named by notifications/cancelled
 	discover   bool
 	modernMeta bool
+	// task is set when the body is one tools/call whose params ask for a
+	// task (2025-11-25): its ttl in milliseconds, "0" when none was given.
+	task string
 }
 
 type rpcMessage struct {
@@ -37,6 +40,9 @@ func classify(body []byte) bodyInfo {
 			return info
 		}
 		msgs = []rpcMessage{m}
+		if m.Method == "tools/call" {
+			info.task = taskTTL(m.Params)
+		}
 	}
 	for _, m := range msgs {
 		switch m.Method {
@@ -68,6 +74,27 @@ func classify(body []byte) bodyInfo {
 		}
 	}
 	return info
+}
+
+// taskTTL reads params.task of a tools/call: "" when there is none (or
+// it is not an object), else its ttl in whole milliseconds ("0" when it
+// gives none).
+func taskTTL(params json.RawMessage) string {
+	if !bytes.Contains(params, []byte(`"task"`)) {
+		return ""
+	}
+	var p struct {
+		Task *struct {
+			TTL *float64 `json:"ttl"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Task == nil {
+		return ""
+	}
+	if t := p.Task.TTL; t != nil && *t >= 1 && *t < 1<<53 {
+		return strconv.FormatInt(int64(*t), 10)
+	}
+	return "0"
 }
 
 // idKey normalizes a JSON-RPC id so that 7, 7.0 and "7" compare as the

@@ -13,7 +13,10 @@
 //     of it in the request's context for the steps below.
 //  3. bindLifetime (lifetime.go): the request ends when the server closes.
 //  4. stripCaller (caller.go): the client cannot send a caller identity.
-//  5. route (route.go): the protocol era picks the handler.
+//  5. markTask (task.go): a legacy tools/call that asks for a task
+//     (params.task, which go-sdk does not decode) says so in a header the
+//     client cannot send itself.
+//  6. route (route.go): the protocol era picks the handler.
 //     - modern: setCaller (caller.go) sets the caller identity of
 //     interactions, then the stateless go-sdk handler.
 //     - legacy: admitSession (sessions.go: session caps, the idle

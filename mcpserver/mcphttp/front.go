@@ -46,6 +46,11 @@ type Options struct {
 	// when /mcp is open.
 	CallerHeader string
 	Caller       func(host, token string) string
+	// TaskHeader, when set, carries to the handlers that a legacy
+	// tools/call asked for a task (params.task, which go-sdk does not
+	// decode): its ttl in milliseconds, "0" when none was given. The front
+	// deletes what a client sent under it from every request (task.go).
+	TaskHeader string
 
 	// Logger receives the front's own lines (refusals, idle closes);
 	// SDKLogger is given to the go-sdk handlers. Nil discards.
@@ -102,6 +107,7 @@ func New(srv *mcp.Server, opts Options) *Front {
 		f.bodyLimit,                    // bodylimit.go
 		bindLifetime(opts.Lifetime),    // lifetime.go
 		stripCaller(opts.CallerHeader), // caller.go
+		markTask(opts.TaskHeader),      // task.go
 	)(route( // route.go
 		setCaller(opts.CallerHeader, opts.Caller)(stateless), // modern
 		f.admitSession(f.trackCalls(stateful)),               // legacy: sessions.go, tracker.go
