@@ -118,6 +118,7 @@ var numericKeys = map[string]numRange{
 	"mcp.max_sessions":            counts(1, 1<<20),
 	"mcp.max_sessions_per_client": counts(1, 1<<20),
 	"mcp.event_store_bytes":       byteSizes(64*kib, 4*gib),
+	"mcp.max_subscriptions":       counts(1, 1<<16),
 
 	"flow.timeout":        durations(time.Second, 7*day),
 	"flow.max_per_caller": counts(1, 1<<20),

@@ -42,6 +42,7 @@ func defaultMCPConfig() MCPConfig {
 		EventStoreBytes:      mcpserver.DefaultEventStoreBytes,
 		MaxSessions:          mcpserver.DefaultMaxSessions,
 		MaxSessionsPerClient: mcpserver.DefaultMaxSessionsPerClient,
+		MaxSubscriptions:     mcpserver.DefaultMaxSubscriptions,
 	}}
 }
 

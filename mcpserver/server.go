@@ -104,6 +104,9 @@ type Options struct {
 	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// EventStoreBytes bounds the memory kept for resuming legacy streams.
 	EventStoreBytes int `yaml:"event_store_bytes"`
+	// MaxSubscriptions bounds the resource subscriptions of one session
+	// (resources/subscribe, or the URIs of one subscriptions/listen).
+	MaxSubscriptions int `yaml:"max_subscriptions"`
 	// Logger receives the server's logs; name it "mcp". Nil discards.
 	Logger *zap.Logger `yaml:"-"`
 	// Observer, when set, is told about every request received (metrics).
@@ -129,6 +132,7 @@ func (o Options) withDefaults() Options {
 	o.MaxBodyBytes = cmp.Or(max(o.MaxBodyBytes, 0), DefaultMaxBodyBytes)
 	o.RateBurst = cmp.Or(max(o.RateBurst, 0), max(DefaultRateBurst, int(o.RateLimit))) // after RateLimit
 	o.EventStoreBytes = cmp.Or(max(o.EventStoreBytes, 0), DefaultEventStoreBytes)
+	o.MaxSubscriptions = cmp.Or(max(o.MaxSubscriptions, 0), DefaultMaxSubscriptions)
 	return o
 }
 
@@ -148,6 +152,9 @@ func (o Options) Validate() error {
 	}
 	if o.PageSize < 0 {
 		errs = append(errs, errors.New("mcp.page_size must not be negative"))
+	}
+	if o.MaxSubscriptions < 0 {
+		errs = append(errs, errors.New("mcp.max_subscriptions must not be negative"))
 	}
 	errs = append(errs, o.Flow.validate()...)
 	return errors.Join(errs...)
@@ -183,6 +190,9 @@ type Server struct {
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
 
+	// res: board resources, subscriptions and statuses (resources.go).
+	res *boardResources
+
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -210,6 +220,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		log:        opts.Logger,
 		remembered: map[string][]device.Tool{},
 		tombstones: map[string]tombstone{},
+		res:        newBoardResources(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cat.Store(emptyCatalog())
@@ -224,6 +235,11 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	// Board resources, prompts and completions (resources.go, prompts.go,
+	// complete.go); the prompts never change.
+	caps.Resources = &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true}
+	caps.Prompts = &mcp.PromptCapabilities{}
+	caps.Completions = &mcp.CompletionCapabilities{}
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
@@ -242,6 +258,10 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		Capabilities: caps,
 		// Session ids: 128 bits from the OS's cryptographic source.
 		GetSessionID: randid.Text,
+		// Board resources (resources.go) and completion (complete.go).
+		SubscribeHandler:   s.subscribe,
+		UnsubscribeHandler: s.unsubscribe,
+		CompletionHandler:  s.complete,
 		// The tool list follows the boards: never cache it; and when
 		// tokens guard the endpoint, only the requesting client may.
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
@@ -252,6 +272,8 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		},
 	})
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	// Inside accessMiddleware, which gives it the caller's identity.
+	s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
 	if opts.Observer != nil {
 		s.mcp.AddReceivingMiddleware(s.observeMiddleware) // outermost
@@ -262,6 +284,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if opts.Compact {
 		s.addCompactTools()
 	}
+	s.addResources()
+	s.addPrompts()
+	hub.OnResult(s.noteResult)
 	s.http = mcphttp.New(s.mcp, mcphttp.Options{
 		MaxBodyBytes:         opts.MaxBodyBytes,
 		RateLimit:            opts.RateLimit,
@@ -299,12 +324,17 @@ func (s *Server) Run(ctx context.Context) {
 	sub := s.hub.Subscribe()
 	defer sub.Close()
 	s.Sync()
+	s.flushResourceUpdates(ctx)
 	for {
 		select {
+		case <-s.res.wake:
+			// A board's status changed (resources.go).
+			s.flushResourceUpdates(ctx)
 		case <-sub.C():
 			sub.Next() // the snapshot below is the truth; events only wake us
 			start := time.Now()
 			changed := s.sync()
+			s.flushResourceUpdates(ctx)
 			// A sync costs time in proportion to the fleet. Under a burst
 			// (thousands of boards connecting, or coming back after a
 			// restart) leave as long again before the next one: events pile
@@ -344,6 +374,7 @@ const (
 // soon as their board call returns. It is idempotent.
 func (s *Server) Close() {
 	s.cancel()
+	s.hub.OnResult(nil)
 	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
@@ -381,6 +412,7 @@ func (s *Server) sync() bool {
 	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.aliases, showUserOnly: s.opts.ShowUserOnlyTools,
 		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
 	s.cat.Store(cur)
+	s.syncResources(old, cur)
 	removed, added := diff(old, cur)
 	for _, e := range added {
 		if e.schemaErr != nil {
