@@ -282,7 +282,10 @@ func callAPI(t *testing.T, b *bridge, mac, tool, args string) {
 // subscriptions (legacy resources/subscribe; a modern listen with more
 // URIs is refused whole); a URI that is not a board's is refused.
 func TestSubscriptionBounds(t *testing.T) {
-	b := startBridge(t, func(c *app.Config) { c.MCP.MaxSubscriptions = 2 })
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.MaxSubscriptions = 2
+		c.MCP.RateLimit = -1 // 70 sessions below, from one address
+	})
 	cs := b.Client(legacy, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
