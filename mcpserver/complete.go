@@ -30,6 +30,10 @@ const (
 
 func (s *Server) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 	p := req.Params
+	if p == nil || p.Ref == nil {
+		// go-sdk checks this first, unless MCPGODEBUG turns its check off.
+		return nil, invalidParams("completion/complete needs ref and argument.")
+	}
 	value := p.Argument.Value
 	if len(value) > maxPromptArgBytes {
 		return completion(nil), nil
