@@ -1,6 +1,7 @@
 package device
 
 import (
+	"context"
 	"time"
 
 	"github.com/devicebridge/devicebridge/device/internal/mcpclient"
@@ -23,7 +24,34 @@ type (
 	ClientOptions = mcpclient.Options
 	// Vision is the camera explain endpoint advertised in initialize.
 	Vision = mcpclient.Vision
+	// CallStage is a step a call passes on its way to the board, reported
+	// to the function of WithCallStages.
+	CallStage = mcpclient.Stage
+	// CallStageKind names a CallStage.
+	CallStageKind = mcpclient.StageKind
 )
+
+// The steps of a call, in the order it meets them.
+const (
+	// StageWaitReady: the board is initializing or reconnecting; the
+	// call waits for it (up to HubConfig.ReadyWait).
+	StageWaitReady = mcpclient.StageWaitReady
+	// StageForwarded: another bridge of the fleet holds the board; the
+	// call went to it.
+	StageForwarded = mcpclient.StageForwarded
+	// StageQueued: the call waits behind CallStage.Ahead others to the
+	// same board.
+	StageQueued = mcpclient.StageQueued
+	// StageSent: the call was written to the board.
+	StageSent = mcpclient.StageSent
+)
+
+// WithCallStages returns a context whose tool calls (Hub.CallTool) report
+// their steps to f, on the call's own goroutine and sometimes while the
+// call holds the board's turn: f must return at once.
+func WithCallStages(ctx context.Context, f func(CallStage)) context.Context {
+	return mcpclient.WithStages(ctx, f)
+}
 
 // Errors from a board's MCP client. Test with errors.Is, or use CodeOf.
 var (

@@ -408,6 +408,7 @@ func (h *Hub) callTool(ctx context.Context, deviceID, tool string, args json.Raw
 
 	if info, ok := h.remoteDevice(deviceID, remote); ok {
 		*transport = info.Transport
+		mcpclient.Report(ctx, mcpclient.StageForwarded, 0)
 		res, err := h.remoteOf().CallTool(ctx, info, tool, args)
 		if err != nil && errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(err, ErrShutdown) {
 			return nil, cutOff(tool, err)
@@ -465,6 +466,14 @@ func (h *Hub) readySession(ctx context.Context, deviceID string) (*Session, erro
 		s, ok := h.Session(deviceID)
 		if !ok {
 			return nil, fmt.Errorf("%w: %s", ErrUnknownDevice, deviceID)
+		}
+		select {
+		case <-s.ready:
+		case <-s.done:
+		default:
+			if attempt == 0 {
+				mcpclient.Report(ctx, mcpclient.StageWaitReady, 0)
+			}
 		}
 		err := s.WaitReady(waitCtx)
 		switch {

@@ -106,8 +106,12 @@ func TestSessionLifecycle(t *testing.T) {
 	ev := waitEvents(t, sub, 1)
 	assert.Equal(t, EventOnline, ev[0].Type)
 
-	res, err := h.CallTool(ctx, "aa:bb:cc:dd:ee:01", "self.get_device_status", nil)
+	var stages []CallStage
+	res, err := h.CallTool(WithCallStages(ctx, func(st CallStage) { stages = append(stages, st) }),
+		"aa:bb:cc:dd:ee:01", "self.get_device_status", nil)
 	require.NoError(t, err)
+	require.Len(t, stages, 1, "a ready board, nothing ahead: sent at once")
+	assert.Equal(t, StageSent, stages[0].Kind)
 	assert.Equal(t, "true", res.Text())
 
 	link.Close(errors.New("unplugged"))
@@ -201,9 +205,13 @@ func TestCallWaitsForInitializingBoardThenNotReady(t *testing.T) {
 	s, err := h.Attach(bridge, Identity{DeviceID: "aa:bb:cc:dd:ee:05", HasMCP: true})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return s.Info().State == StateInitializing }, 5*time.Second, 5*time.Millisecond)
-	_, err = h.CallTool(context.Background(), "aa:bb:cc:dd:ee:05", "x", nil)
+	var stages []CallStage
+	ctx := WithCallStages(context.Background(), func(st CallStage) { stages = append(stages, st) })
+	_, err = h.CallTool(ctx, "aa:bb:cc:dd:ee:05", "x", nil)
 	require.ErrorIs(t, err, ErrNotReady)
 	assert.Contains(t, err.Error(), "initializing")
+	require.Len(t, stages, 1, "the call said it waits for the board, and was never sent")
+	assert.Equal(t, StageWaitReady, stages[0].Kind)
 	end.Close(nil)
 }
 

@@ -103,6 +103,7 @@ func (s *Server) denied(ctx context.Context, e *entry, args json.RawMessage) *mc
 	s.lines().denied.Info(s.log, "tool call refused by policy", zap.String("identity", id.Name), zap.String("device_id", e.deviceID),
 		zap.String("tool", e.tool.Name))
 	s.auditCall(ctx, e, args, "denied", 0)
+	notesOf(ctx).refused(e, "the bridge's policy does not allow this caller to call it")
 	return errorResult("%s", err.Error())
 }
 

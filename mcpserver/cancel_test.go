@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,9 @@ func cancelledOutcome(b *bridge) bool {
 }
 
 // TestProgressHeartbeats: a call that waits for its board sends progress
-// notifications when the client gave a progress token, and none without.
+// notifications when the client gave a progress token, and none without:
+// its steps (received, sent, answered) and, while the board works,
+// heartbeats every progress interval, all with increasing progress.
 func TestProgressHeartbeats(t *testing.T) {
 	release := make(chan struct{})
 	b, _ := slowBridge(t, 400*time.Millisecond, release)
@@ -87,13 +90,21 @@ func TestProgressHeartbeats(t *testing.T) {
 			params.SetProgressToken("lamp-" + era)
 			go call(params)
 			// Notifications are handled asynchronously by the client.
-			require.Eventually(t, func() bool { return len(rec.All()) >= 2 }, 10*time.Second, 5*time.Millisecond,
+			require.Eventually(t, func() bool { return len(heartbeats(rec.All())) >= 2 }, 10*time.Second, 5*time.Millisecond,
 				"heartbeats every 50ms while the board works")
 			finish()
-			events := rec.All()
+			var events []*mcp.ProgressNotificationParams
+			require.Eventually(t, func() bool {
+				events = rec.All()
+				return strings.Contains(events[len(events)-1].Message, "answered")
+			}, 10*time.Second, 5*time.Millisecond, "the last step is the answer")
+			board := `board "dev_000001" (bread-compact-wifi, 02:00:00:00:00:01)`
+			assert.Equal(t, "received call of self.lamp.turn_on for "+board, events[0].Message)
+			assert.Equal(t, "sent self.lamp.turn_on to "+board, events[1].Message)
+			assert.Regexp(t, `^`+regexp.QuoteMeta(board)+` answered self.lamp.turn_on in [0-9.]+(µs|ms|s)$`, events[len(events)-1].Message)
+			assert.Len(t, heartbeats(events), len(events)-3, "between sent and answered, only heartbeats")
 			for i, ev := range events {
 				assert.Equal(t, "lamp-"+era, ev.ProgressToken)
-				assert.Contains(t, ev.Message, `still waiting for board "dev_000001" to finish self.lamp.turn_on`)
 				if i > 0 {
 					assert.Greater(t, ev.Progress, events[i-1].Progress, "progress increases")
 				}
@@ -123,11 +134,9 @@ func TestCancelStopsWaiting(t *testing.T) {
 				_, err := cs.CallTool(ctx, params)
 				errc <- err
 			}()
-			select {
-			case <-rec.First(): // the call is running on the board
-			case <-time.After(10 * time.Second):
-				t.Fatal("no progress from the slow call")
-			}
+			// A heartbeat: the call is running on the board.
+			require.Eventually(t, func() bool { return len(heartbeats(rec.All())) > 0 }, 10*time.Second, 5*time.Millisecond,
+				"no heartbeat from the slow call")
 			cancel()
 			// The board holds the call until release is closed, so both of
 			// these happen while it is still working.
@@ -230,6 +239,18 @@ func TestCancelledCallGetsNoResult(t *testing.T) {
 	for ev := range replayed {
 		require.False(t, isResponseTo(ev, 7), "late result replayed: %s", ev.Data)
 	}
+}
+
+// heartbeats are the progress notifications that say a call still waits
+// for its board.
+func heartbeats(events []*mcp.ProgressNotificationParams) []*mcp.ProgressNotificationParams {
+	var out []*mcp.ProgressNotificationParams
+	for _, ev := range events {
+		if strings.Contains(ev.Message, `still waiting for board "dev_000001" to finish self.lamp.turn_on`) {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // streamStart turns an event id "<stream>_<n>" into the id of the stream's

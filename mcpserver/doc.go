@@ -33,11 +33,18 @@
 // It calls package device and nothing below it; the MCP protocol itself is
 // the official go-sdk's.
 //
+// It also tells callers what happens to their calls (notes.go: progress
+// notifications and log messages for each step) and, on legacy sessions
+// that set a log level, when boards come and go (clientlog.go,
+// boardnews.go).
+//
 // Lock order: Server.syncMu before Server.tombMu and before
 // boardResources.mu (resources.go: subscriptions, marked URIs, each board's
 // last status); syncMu is also held while sync reads the device Hub and adds
 // or removes the go-sdk server's tools and resources. boardResources.mu is
 // held while it asks the go-sdk server for its sessions (pruning the
 // subscriptions of ended ones), and never while it calls anything else.
-// mcphttp's mutexes are leaves.
+// logSessions.mu, callNotes.mu, boardNews.mu and mcphttp's mutexes are
+// leaves (logSessions.mu is held while the go-sdk server lists its
+// sessions).
 package mcpserver

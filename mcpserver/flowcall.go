@@ -52,6 +52,7 @@ const (
 // guardedCall is tools/call on a board tool: it settles the arguments and
 // the confirmation with the user when it can, then runs the tool.
 func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
+	notesOf(ctx).received(e)
 	if res := s.denied(ctx, e, args); res != nil {
 		return res // before asking the user anything
 	}
@@ -63,6 +64,7 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 	if !canAsk {
 		if e.confirm && !confirmed {
 			s.lines().unconfirmed.Info(s.log, "tool call refused: needs confirmation", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
+			notesOf(ctx).refused(e, "it needs the user's confirmation, and this client cannot ask the user")
 			return confirmRequired(e, args)
 		}
 		return s.call(ctx, req, e, args)
@@ -212,6 +214,7 @@ func (s *Server) elicitRounds(ctx context.Context, req *mcp.CallToolRequest, e *
 			return done
 		}
 		s.log.Debug("asking the user", zap.String("tool", e.tool.Name), zap.Int("round", round+1))
+		notesOf(ctx).asking(e, round+1)
 		res, err := req.Session.Elicit(ctx, params)
 		if err != nil {
 			if ctx.Err() == nil && strings.Contains(err.Error(), "does not match requested schema") {
@@ -334,6 +337,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 		return done
 	}
 	s.log.Debug("asking the user (input_required)", zap.String("tool", e.tool.Name), zap.Int("round", round+1))
+	notesOf(ctx).asking(e, round+1)
 	return &mcp.CallToolResult{
 		InputRequests: mcp.InputRequestMap{inputKey: params},
 		RequestState: s.sealState(&callState{Tool: e.name, Args: argsSum, Round: round + 1, Plan: plan,

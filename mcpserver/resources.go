@@ -14,9 +14,9 @@ package mcpserver
 // clients that listen). Subscriptions (resources/subscribe, or
 // subscriptions/listen in the 2026-07-28 era) are kept here too, bounded per
 // session and in all, so that a change reaches only the URIs someone
-// subscribed to: sync and the status hook mark those URIs, and Run sends
-// each marked URI one notifications/resources/updated, after the sync that
-// marked it, whatever number of boards changed meanwhile.
+// subscribed to: sync and the status hook mark those URIs, and a goroutine
+// of Run's sends each marked URI one notifications/resources/updated, after
+// the sync that marked it, whatever number of boards changed meanwhile.
 //
 // Policy applies: a caller lists, reads and subscribes to the boards it may
 // see, and reads only the tools it may call; any other board is "not
@@ -320,8 +320,24 @@ func (s *Server) noteResult(deviceID, tool string, res *device.CallResult) {
 	}
 }
 
+// runResourceUpdates sends the marked updates until ctx ends. Run starts
+// it and waits for it.
+func (s *Server) runResourceUpdates(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.res.wake:
+			s.flushResourceUpdates(ctx)
+		}
+	}
+}
+
 // flushResourceUpdates sends notifications/resources/updated for every
-// marked URI (go-sdk sends it to the sessions subscribed to that URI).
+// marked URI (go-sdk sends it to the sessions subscribed to that URI). A
+// write to a slow client's stream may take up to the control listener's
+// write timeout; marks made meanwhile wait, one per URI, for the next
+// round.
 func (s *Server) flushResourceUpdates(ctx context.Context) {
 	for _, uri := range s.res.take() {
 		if err := s.mcp.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {

@@ -99,8 +99,10 @@ type Options struct {
 	// 429 with Retry-After and a JSON-RPC error.
 	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
 	// ProgressInterval is how often a call still waiting for its board
-	// sends notifications/progress, when the client gave a progress token.
-	// Negative disables the heartbeats.
+	// sends notifications/progress, when the client gave a progress token
+	// (and a debug log message, when it asked for those). Negative
+	// disables the heartbeats; the call's steps are reported regardless
+	// (notes.go).
 	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// EventStoreBytes bounds the memory kept for resuming legacy streams.
 	EventStoreBytes int `yaml:"event_store_bytes"`
@@ -193,6 +195,10 @@ type Server struct {
 	// res: board resources, subscriptions and statuses (resources.go).
 	res *boardResources
 
+	// logSessions are the legacy sessions that asked for log messages
+	// (clientlog.go).
+	logSessions logSessions
+
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -235,6 +241,8 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			"call_device_tool runs one of them. A board runs one tool at a time."
 	}
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: !opts.Compact}}
+	//lint:ignore SA1019 deprecated in 2026-07-28, still defined there (per request) and served in both eras (clientlog.go)
+	caps.Logging = &mcp.LoggingCapabilities{}
 	// Board resources, prompts and completions (resources.go, prompts.go,
 	// complete.go); the prompts never change.
 	caps.Resources = &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true}
@@ -271,6 +279,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 			}
 		},
 	})
+	s.mcp.AddReceivingMiddleware(s.notesMiddleware, s.setLevelMiddleware) // notes.go, clientlog.go
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
 	// Inside accessMiddleware, which gives it the caller's identity.
 	s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
@@ -323,18 +332,31 @@ func (s *Server) Run(ctx context.Context) {
 	defer context.AfterFunc(s.ctx, cancel)()
 	sub := s.hub.Subscribe()
 	defer sub.Close()
+	// Board news for the clients that asked for log messages
+	// (boardnews.go), sent by a goroutine of its own.
+	news := newBoardNews()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.runNews(ctx, news) }()
+	// notifications/resources/updated (resources.go), sent by a goroutine
+	// of its own too: a write to a slow client's stream must not hold up
+	// the sync.
+	wg.Add(1)
+	go func() { defer wg.Done(); s.runResourceUpdates(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
 	s.Sync()
-	s.flushResourceUpdates(ctx)
 	for {
 		select {
-		case <-s.res.wake:
-			// A board's status changed (resources.go).
-			s.flushResourceUpdates(ctx)
 		case <-sub.C():
-			sub.Next() // the snapshot below is the truth; events only wake us
+			// The snapshot below is the truth; events only wake us, and
+			// give the news.
+			evs := sub.Next()
+			before := s.cat.Load()
 			start := time.Now()
 			changed := s.sync()
-			s.flushResourceUpdates(ctx)
+			if s.logSessions.any() {
+				news.add(evs, before, s.cat.Load())
+			}
 			// A sync costs time in proportion to the fleet. Under a burst
 			// (thousands of boards connecting, or coming back after a
 			// restart) leave as long again before the next one: events pile
@@ -549,8 +571,8 @@ func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
 	}
 }
 
-// call validates the arguments, runs the tool on its board with progress
-// heartbeats, and converts the outcome.
+// call validates the arguments, runs the tool on its board (telling the
+// caller its steps, notes.go), and converts the outcome.
 func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -566,11 +588,15 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 	}
 
 	start := time.Now()
-	stop := s.heartbeat(ctx, req, e)
+	notes := notesOf(ctx) // progress and log messages for the caller (notes.go)
+	callCtx := ctx
+	if notes != nil {
+		notes.waiting(e)
+		callCtx = device.WithCallStages(ctx, notes.stage(e))
+	}
 	// The Hub checks the tool and its arguments (one validation path for
 	// every caller) before anything reaches the board.
-	res, err := s.hub.CallTool(ctx, e.deviceID, e.tool.Name, args)
-	stop()
+	res, err := s.hub.CallTool(callCtx, e.deviceID, e.tool.Name, args)
 	took := time.Since(start)
 
 	var out *mcp.CallToolResult
@@ -585,6 +611,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 			outcome = outcomeToolError
 		}
 	}
+	notes.answered(e, outcome, took)
 	s.auditCall(ctx, e, args, outcome, took)
 	level := zap.InfoLevel
 	switch device.Code(outcome) {
@@ -604,45 +631,3 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, e *entry, a
 }
 
 func (e *entry) label() string { return labelOf(e.alias, e.board, e.deviceID) }
-
-// heartbeat sends notifications/progress every ProgressInterval while the
-// call waits for its board, if the client asked for progress. The returned
-// function stops it and waits for it.
-func (s *Server) heartbeat(ctx context.Context, req *mcp.CallToolRequest, e *entry) (stop func()) {
-	if req == nil || req.Session == nil || s.opts.ProgressInterval < 0 {
-		return func() {}
-	}
-	token := req.Params.GetProgressToken()
-	if token == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(s.opts.ProgressInterval)
-		defer tick.Stop()
-		start := time.Now()
-		for n := 1; ; n++ {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: token,
-				Progress:      float64(n),
-				Message: fmt.Sprintf("still waiting for board %q to finish %s (%ds)", e.alias, e.tool.Name,
-					int(time.Since(start).Seconds())),
-			})
-			if err != nil {
-				s.log.Debug("progress notification not delivered", zap.String("device_id", e.deviceID),
-					zap.String("tool", e.tool.Name), zap.Error(err))
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
-}

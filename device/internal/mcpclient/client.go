@@ -305,10 +305,16 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	defer func() { <-c.slots }()
 	select {
 	case c.turn <- struct{}{}:
-	case <-ctx.Done():
-		return givenUp(ctx, method, timeout, deadline)
-	case <-c.conn.DisconnectNotify():
-		return ErrDisconnected
+	default:
+		// Another request has the board: say how many are ahead, then wait.
+		Report(ctx, StageQueued, len(c.slots)-1)
+		select {
+		case c.turn <- struct{}{}:
+		case <-ctx.Done():
+			return givenUp(ctx, method, timeout, deadline)
+		case <-c.conn.DisconnectNotify():
+			return ErrDisconnected
+		}
 	}
 	defer func() { <-c.turn }()
 	// The turn may come as the caller's time runs out: a request whose
@@ -323,6 +329,7 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
+	Report(ctx, StageSent, 0)
 	err := c.conn.Call(callCtx, method, params, result, jsonrpc2.PickID(jsonrpc2.ID{Num: c.nextID()}))
 	if err == nil {
 		if ce := c.log.Check(zap.DebugLevel, "device request done"); ce != nil {

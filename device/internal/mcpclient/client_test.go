@@ -519,3 +519,54 @@ func TestGivenUpCallIsNeverSent(t *testing.T) {
 		assert.Equal(t, []string{"slow", "slow", "after"}, names)
 	})
 }
+
+// TestStages: a call reports being sent; one that waits behind another
+// reports how many are ahead first; a call whose context has no hook
+// reports nothing and works as before.
+func TestStages(t *testing.T) {
+	block := make(chan struct{})
+	started := make(chan struct{}, 8)
+	c, _ := newClient(t, Options{}, func(r request) string {
+		started <- struct{}{}
+		<-block
+		return result(r, `{"content":[],"isError":false}`)
+	})
+	record := func() (context.Context, func() []Stage) {
+		ch := make(chan Stage, 8)
+		ctx := WithStages(context.Background(), func(s Stage) { ch <- s })
+		return ctx, func() []Stage {
+			var out []Stage
+			for {
+				select {
+				case s := <-ch:
+					out = append(out, s)
+				default:
+					return out
+				}
+			}
+		}
+	}
+	first, firstStages := record()
+	second, secondStages := record()
+	errs := make(chan error, 3)
+	go func() { _, err := c.CallTool(first, "a", nil); errs <- err }()
+	<-started // a is on the board
+	go func() { _, err := c.CallTool(second, "b", nil); errs <- err }()
+	go func() { _, err := c.CallTool(context.Background(), "c", nil); errs <- err }()
+	require.Eventually(t, func() bool { return len(c.slots) == 3 }, 5*time.Second, 5*time.Millisecond)
+	close(block)
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+
+	a := firstStages()
+	require.Len(t, a, 1)
+	assert.Equal(t, StageSent, a[0].Kind)
+	assert.False(t, a[0].At.IsZero())
+	b := secondStages()
+	require.Len(t, b, 2)
+	assert.Equal(t, StageQueued, b[0].Kind)
+	assert.GreaterOrEqual(t, b[0].Ahead, 1, "a was on the board")
+	assert.Equal(t, StageSent, b[1].Kind)
+	assert.False(t, b[1].At.Before(b[0].At))
+}
