@@ -122,6 +122,7 @@ var numericKeys = map[string]numRange{
 	"mcp.tasks.poll_interval":     durations(100*time.Millisecond, time.Minute),
 	"mcp.tasks.max_tasks":         counts(1, 1<<16),
 	"mcp.tasks.max_per_caller":    counts(1, 1<<16),
+	"mcp.max_subscriptions":       counts(1, 1<<16),
 
 	"flow.timeout":        durations(time.Second, 7*day),
 	"flow.max_per_caller": counts(1, 1<<20),

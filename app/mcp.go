@@ -45,6 +45,7 @@ func defaultMCPConfig() MCPConfig {
 		MaxSessionsPerClient: mcpserver.DefaultMaxSessionsPerClient,
 		Tasks: mcpserver.TaskOptions{TTL: mcpserver.DefaultTaskTTL, PollInterval: mcpserver.DefaultTaskPollInterval,
 			MaxTasks: mcpserver.DefaultMaxTasks, MaxPerCaller: mcpserver.DefaultMaxTasksPerCall},
+		MaxSubscriptions: mcpserver.DefaultMaxSubscriptions,
 	}}
 }
 

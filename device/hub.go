@@ -126,6 +126,8 @@ type Hub struct {
 	probes chan struct{}
 	// remote is the rest of the fleet (see SetRemote); nil for one node.
 	remote atomic.Pointer[remoteBox]
+	// results is told about every successful call (see OnResult).
+	results atomic.Pointer[func(deviceID, tool string, res *CallResult)]
 	// inits holds one token per board initializing (MaxInitializing).
 	inits chan struct{}
 	// refusedLog throttles the warning about refused tools: a board can
@@ -360,6 +362,20 @@ func (h *Hub) CallTool(ctx context.Context, deviceID, tool string, args json.Raw
 	return h.call(ctx, deviceID, tool, args, true)
 }
 
+// OnResult has f told about every call through the Hub that returned a
+// result (CallTool and CallLocal, whoever the caller: /mcp, the control API,
+// interactions, another node), after the call and with no lock held; nil
+// stops it. There is one such observer (the upstream MCP server keeps each
+// board's last status from it); f must be quick, must not modify res, and
+// must not call back into the Hub.
+func (h *Hub) OnResult(f func(deviceID, tool string, res *CallResult)) {
+	if f == nil {
+		h.results.Store(nil)
+		return
+	}
+	h.results.Store(&f)
+}
+
 func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMessage, remote bool) (*CallResult, error) {
 	deviceID = NormalizeID(deviceID)
 	start := time.Now()
@@ -368,6 +384,9 @@ func (h *Hub) call(ctx context.Context, deviceID, tool string, args json.RawMess
 	took, code := time.Since(start), CodeOf(err)
 	if h.cfg.Observer != nil {
 		h.cfg.Observer.CallDone(transport, code, took)
+	}
+	if f := h.results.Load(); f != nil && err == nil && res != nil {
+		(*f)(deviceID, tool, res)
 	}
 	if h.callSubs.Load() > 0 || h.cfg.EventHistory > 0 {
 		h.mu.Lock()

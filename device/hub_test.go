@@ -565,3 +565,32 @@ func TestQueuedCallsOnSilentBoard(t *testing.T) {
 		assert.Equal(t, 1, b.calls(), "only the first call reached the board")
 	})
 }
+
+// TestOnResultSeesEveryResult: the OnResult observer is told about each
+// call that returned a result, with the canonical id, and about nothing
+// else; nil stops it.
+func TestOnResultSeesEveryResult(t *testing.T) {
+	h := newHub(t)
+	_, link := startBoard(t, twoTools)
+	s, err := h.Attach(link, Identity{DeviceID: "aa:bb:cc:dd:ee:0e", Transport: "test", HasMCP: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, s.WaitReady(ctx))
+
+	var seen []string
+	h.OnResult(func(deviceID, tool string, res *CallResult) {
+		seen = append(seen, deviceID+" "+tool+" "+res.Text())
+	})
+	_, err = h.CallTool(ctx, "AA-BB-CC-DD-EE-0E", "self.get_device_status", json.RawMessage(`{}`))
+	require.NoError(t, err)
+	_, err = h.CallTool(ctx, s.ID(), "self.nope", nil)
+	require.ErrorIs(t, err, ErrUnknownTool)
+	require.Len(t, seen, 1)
+	assert.Regexp(t, `^aa:bb:cc:dd:ee:0e self.get_device_status `, seen[0])
+
+	h.OnResult(nil)
+	_, err = h.CallTool(ctx, s.ID(), "self.get_device_status", nil)
+	require.NoError(t, err)
+	assert.Len(t, seen, 1)
+}

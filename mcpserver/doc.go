@@ -15,6 +15,11 @@
 //     reaches the board, with errors that say what to change;
 //   - mapping device results and failures (offline, busy, timeout, board
 //     errors) to MCP tool results;
+//   - each board's state as a resource (devicebridge://boards/<MAC>, with
+//     the template devicebridge://boards/{board}), subscriptions to them,
+//     the last result of each board's status tool, two prompts (board,
+//     board_tool) and completion of their arguments (resources.go,
+//     prompts.go, complete.go);
 //   - through its sub-package mcphttp, the HTTP front of /mcp (Handler),
 //     behind the front door that checks Host, Origin and credentials. A
 //     request passes, in order: rateLimit (ratelimit.go), bodyLimit
@@ -36,8 +41,12 @@
 // that set a log level, when boards come and go (clientlog.go,
 // boardnews.go).
 //
-// Lock order: Server.syncMu before Server.tombMu; syncMu is also held while
-// sync reads the device Hub and adds or removes the go-sdk server's tools.
+// Lock order: Server.syncMu before Server.tombMu and before
+// boardResources.mu (resources.go: subscriptions, marked URIs, each board's
+// last status); syncMu is also held while sync reads the device Hub and adds
+// or removes the go-sdk server's tools and resources. boardResources.mu is
+// held while it asks the go-sdk server for its sessions (pruning the
+// subscriptions of ended ones), and never while it calls anything else.
 // logSessions.mu, callNotes.mu, boardNews.mu, taskstore.Store.mu and
 // mcphttp's mutexes are leaves (logSessions.mu is held while the go-sdk
 // server lists its sessions). Each task runs on a goroutine of the task

@@ -19,3 +19,10 @@ func Throttles(s *Server) map[string]*logthrottle.Throttle {
 	maps.Copy(m, s.http.Throttles()) // rate_limited, too_big
 	return m
 }
+
+// SubscriptionCount is how many resource subscriptions s holds.
+func SubscriptionCount(s *Server) int {
+	s.res.mu.Lock()
+	defer s.res.mu.Unlock()
+	return s.res.total
+}

@@ -106,6 +106,9 @@ type Options struct {
 	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// EventStoreBytes bounds the memory kept for resuming legacy streams.
 	EventStoreBytes int `yaml:"event_store_bytes"`
+	// MaxSubscriptions bounds the resource subscriptions of one session
+	// (resources/subscribe, or the URIs of one subscriptions/listen).
+	MaxSubscriptions int `yaml:"max_subscriptions"`
 	// Logger receives the server's logs; name it "mcp". Nil discards.
 	Logger *zap.Logger `yaml:"-"`
 	// Observer, when set, is told about every request received (metrics).
@@ -134,6 +137,7 @@ func (o Options) withDefaults() Options {
 	o.RateBurst = cmp.Or(max(o.RateBurst, 0), max(DefaultRateBurst, int(o.RateLimit))) // after RateLimit
 	o.EventStoreBytes = cmp.Or(max(o.EventStoreBytes, 0), DefaultEventStoreBytes)
 	o.Tasks = o.Tasks.withDefaults()
+	o.MaxSubscriptions = cmp.Or(max(o.MaxSubscriptions, 0), DefaultMaxSubscriptions)
 	return o
 }
 
@@ -153,6 +157,9 @@ func (o Options) Validate() error {
 	}
 	if o.PageSize < 0 {
 		errs = append(errs, errors.New("mcp.page_size must not be negative"))
+	}
+	if o.MaxSubscriptions < 0 {
+		errs = append(errs, errors.New("mcp.max_subscriptions must not be negative"))
 	}
 	errs = append(errs, o.Flow.validate()...)
 	errs = append(errs, o.Tasks.validate()...)
@@ -189,10 +196,13 @@ type Server struct {
 	tombMu     sync.Mutex
 	tombstones map[string]tombstone
 
+	// res: board resources, subscriptions and statuses (resources.go).
+	res *boardResources
+
 	// logSessions are the legacy sessions that asked for log messages
 	// (clientlog.go).
 	logSessions logSessions
-	tk *taskState // tasks (tasks.go); nil when off
+	tk          *taskState // tasks (tasks.go); nil when off
 
 	// ctx ends when the server closes; every call and request is bound to it.
 	ctx    context.Context
@@ -221,6 +231,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		log:        opts.Logger,
 		remembered: map[string][]device.Tool{},
 		tombstones: map[string]tombstone{},
+		res:        newBoardResources(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cat.Store(emptyCatalog())
@@ -240,6 +251,11 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if !opts.Tasks.Disabled {
 		caps.AddExtension(extTasks, nil) // legacy sessions see capabilities.tasks instead (tasks.go)
 	}
+	// Board resources, prompts and completions (resources.go, prompts.go,
+	// complete.go); the prompts never change.
+	caps.Resources = &mcp.ResourceCapabilities{Subscribe: true, ListChanged: true}
+	caps.Prompts = &mcp.PromptCapabilities{}
+	caps.Completions = &mcp.CompletionCapabilities{}
 	if !opts.Flow.Disabled {
 		// MCP Flow is not a standard capability; experimental is where
 		// both eras let a server advertise one (initialize and
@@ -258,6 +274,10 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		Capabilities: caps,
 		// Session ids: 128 bits from the OS's cryptographic source.
 		GetSessionID: randid.Text,
+		// Board resources (resources.go) and completion (complete.go).
+		SubscribeHandler:   s.subscribe,
+		UnsubscribeHandler: s.unsubscribe,
+		CompletionHandler:  s.complete,
 		// The tool list follows the boards: never cache it; and when
 		// tokens guard the endpoint, only the requesting client may.
 		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
@@ -269,6 +289,8 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	})
 	s.mcp.AddReceivingMiddleware(s.notesMiddleware, s.setLevelMiddleware) // notes.go, clientlog.go
 	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	// Inside accessMiddleware, which gives it the caller's identity.
+	s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
 	if err := s.setupTasks(); err != nil {           // tasks (tasks.go), outside access
 		return nil, err
@@ -282,6 +304,9 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if opts.Compact {
 		s.addCompactTools()
 	}
+	s.addResources()
+	s.addPrompts()
+	hub.OnResult(s.noteResult)
 	s.http = mcphttp.New(s.mcp, mcphttp.Options{
 		MaxBodyBytes:         opts.MaxBodyBytes,
 		RateLimit:            opts.RateLimit,
@@ -325,6 +350,11 @@ func (s *Server) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.runNews(ctx, news) }()
+	// notifications/resources/updated (resources.go), sent by a goroutine
+	// of its own too: a write to a slow client's stream must not hold up
+	// the sync.
+	wg.Add(1)
+	go func() { defer wg.Done(); s.runResourceUpdates(ctx) }()
 	defer func() { cancel(); wg.Wait() }()
 	s.Sync()
 	for {
@@ -379,6 +409,7 @@ const (
 func (s *Server) Close() {
 	s.cancel()
 	s.closeTasks()
+	s.hub.OnResult(nil)
 	s.http.Stop()
 	if s.flow != nil {
 		s.flow.Close()
@@ -416,6 +447,7 @@ func (s *Server) sync() bool {
 	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.aliases, showUserOnly: s.opts.ShowUserOnlyTools,
 		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
 	s.cat.Store(cur)
+	s.syncResources(old, cur)
 	removed, added := diff(old, cur)
 	for _, e := range added {
 		if e.schemaErr != nil {

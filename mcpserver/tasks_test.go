@@ -269,7 +269,7 @@ func mustTask(t *testing.T, cs *mcp.ClientSession, method, id string) *taskResul
 	return r
 }
 
-func rpcCode(t *testing.T, err error) int64 {
+func mustRPCCode(t *testing.T, err error) int64 {
 	t.Helper()
 	var je *jsonrpc.Error
 	require.True(t, errors.As(err, &je), "not a JSON-RPC error: %v", err)
@@ -357,17 +357,17 @@ func TestTasksModern(t *testing.T) {
 	assert.Empty(t, ack.TaskID)
 	for _, m := range []string{"tasks/result", "tasks/list"} {
 		_, err := taskCall(t, cs, m, id, nil)
-		assert.EqualValues(t, -32601, rpcCode(t, err), m)
+		assert.EqualValues(t, -32601, mustRPCCode(t, err), m)
 	}
 	// Without the extension, tasks/* are refused with what to declare.
 	_, err := taskCall(t, plain, "tasks/get", id, nil)
-	assert.EqualValues(t, -32021, rpcCode(t, err))
+	assert.EqualValues(t, -32021, mustRPCCode(t, err))
 	e := without.modernRPC(b, "tasks/cancel", id, map[string]any{"taskId": id}).Error
 	require.NotNil(t, e)
 	assert.JSONEq(t, `{"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`, string(e.Data))
 	// Unknown, malformed, and a Mcp-Name that is not the task.
 	_, err = taskCall(t, cs, "tasks/get", "0123456789abcdef0123456789abcdef", nil)
-	assert.EqualValues(t, -32602, rpcCode(t, err))
+	assert.EqualValues(t, -32602, mustRPCCode(t, err))
 	e = with.modernRPC(b, "tasks/get", "", map[string]any{"taskId": 42}).Error
 	require.NotNil(t, e)
 	assert.Equal(t, -32602, e.Code)
@@ -560,9 +560,9 @@ func TestTasksLegacy(t *testing.T) {
 
 	// Another session sees nothing of it.
 	_, err := taskCall(t, other, "tasks/get", id, nil)
-	assert.EqualValues(t, -32602, rpcCode(t, err))
+	assert.EqualValues(t, -32602, mustRPCCode(t, err))
 	_, err = taskCall(t, other, "tasks/cancel", id, nil)
-	assert.EqualValues(t, -32602, rpcCode(t, err))
+	assert.EqualValues(t, -32602, mustRPCCode(t, err))
 	assert.Empty(t, mustTask(t, other, "tasks/list", "").Tasks)
 
 	// tasks/result waits for the end and returns the tool's result.
@@ -583,9 +583,9 @@ func TestTasksLegacy(t *testing.T) {
 	assert.Equal(t, map[string]any{"taskId": id}, res.Meta["io.modelcontextprotocol/related-task"])
 	assert.Equal(t, "completed", mustTask(t, cs, "tasks/get", id).Status)
 	_, err = taskCall(t, cs, "tasks/cancel", id, nil)
-	assert.EqualValues(t, -32602, rpcCode(t, err), "an ended task cannot be cancelled")
+	assert.EqualValues(t, -32602, mustRPCCode(t, err), "an ended task cannot be cancelled")
 	_, err = taskCall(t, cs, "tasks/update", id, nil)
-	assert.EqualValues(t, -32601, rpcCode(t, err), "tasks/update is not of this era")
+	assert.EqualValues(t, -32601, mustRPCCode(t, err), "tasks/update is not of this era")
 
 	// Cancel while it runs.
 	before := tb.board.Stats().TextReceived
@@ -595,13 +595,13 @@ func TestTasksLegacy(t *testing.T) {
 	c := mustTask(t, cs, "tasks/cancel", id)
 	assert.Equal(t, "cancelled", c.Status)
 	_, err = taskCall(t, cs, "tasks/result", id, nil)
-	assert.EqualValues(t, -32602, rpcCode(t, err))
+	assert.EqualValues(t, -32602, mustRPCCode(t, err))
 	tb.let()
 
 	// A board error fails the task; tasks/result is that error.
 	r = me.legacyRPC(b, sid, "tools/call", map[string]any{"name": labTool("self.broken"), "arguments": map[string]any{}, "task": map[string]any{}})
 	_, err = taskCall(t, cs, "tasks/result", str(r.Result["task"].(map[string]any)["taskId"]), nil)
-	assert.EqualValues(t, -32603, rpcCode(t, err))
+	assert.EqualValues(t, -32603, mustRPCCode(t, err))
 	assert.ErrorContains(t, err, "boom")
 
 	// A tool that needs confirmation, from a client that cannot ask: no
@@ -635,7 +635,7 @@ func TestTaskRetention(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		_, err := taskCall(t, cs, "tasks/get", id, nil)
-		return err != nil && rpcCode(t, err) == -32602
+		return err != nil && mustRPCCode(t, err) == -32602
 	}, 15*time.Second, 50*time.Millisecond, "the task is forgotten after its ttl")
 	r = caller{}.legacyRPC(b, sid, "tools/call", map[string]any{"name": labTool("self.quick"), "arguments": map[string]any{}, "task": map[string]any{}})
 	assert.Contains(t, r.Result, "task", "its room is free again")

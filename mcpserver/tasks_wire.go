@@ -47,10 +47,6 @@ type taskParams struct {
 // simply unknown; anything outside it is malformed.
 var taskIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,256}$`)
 
-func invalidParams(format string, args ...any) error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
-}
-
 // target checks a tasks/* request in the order the extension's clients
 // expect and returns the caller and the task id: the method exists in the
 // caller's era, a modern caller declared the extension, the task id is
