@@ -270,13 +270,17 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.beat()
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
+	// The Hub lists the other nodes' boards before the watches start: the
+	// events they announce must find those boards in Hub.Devices, or a
+	// subscriber that re-reads the Hub on an event (the /mcp catalogue)
+	// would miss the boards announced before.
+	hub.SetRemote(n)
 	if err := n.subscribe(); err != nil {
 		n.Abandon()
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
 	n.goOwned(n.catalogGC)
-	hub.SetRemote(n)
 	n.log.Info("joined the fleet", zap.String("nats", n.nc.ConnectedUrlRedacted()),
 		zap.Duration("offline_after", cfg.OfflineAfter))
 	return n, nil
