@@ -85,7 +85,8 @@ type Config struct {
 	// nodes route to its boards, as the identity of the caller each call
 	// carries (a call without one is refused); nil allows every caller,
 	// as locally. Alias names a board as the policy's patterns may (nil:
-	// by MAC only).
+	// by MAC only); the board records this node writes carry it too, so
+	// that the fleet names a board as its holder does.
 	Policy *policy.Gate
 	Alias  func(deviceID string) string
 	// Audit, when set, records every routed call this node answers or
@@ -178,6 +179,10 @@ type Record struct {
 	// Released: the holder gave the board up while it is still connected
 	// (the holder is stopping); a survivor adopts it.
 	Released bool `json:"released,omitempty"`
+	// Alias is the alias the holder shows the board under (the one its
+	// /mcp tools start with); the other nodes show it by the same one when
+	// they can (mcpserver's naming).
+	Alias string `json:"alias,omitempty"`
 }
 
 // Heartbeat is a node's liveness key. It also says how loaded the node is
