@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -172,4 +174,46 @@ func TestNamesCompact(t *testing.T) {
 		"device": short, "tool": "self.audio_speaker.set_volume", "arguments": map[string]any{"volume": 33}})
 	require.False(t, res.IsError, text(res))
 	assert.EqualValues(t, 33, firstBoard.State()["audio_speaker.volume"])
+}
+
+// stalledBoard connects a board over a real WebSocket that says hello and
+// then never answers: the bridge keeps it initializing, so no catalogue
+// sync has named it.
+func stalledBoard(t *testing.T, b *bridge, mac string) {
+	t.Helper()
+	h := http.Header{"Protocol-Version": {"1"}, "Client-Id": {"0b9c3d5e-0000-4000-8000-0000000000bb"}, "Device-Id": {mac}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, b.App.DeviceURL(), h)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = conn.Close(); wg.Wait() })
+	require.NoError(t, conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","version":1,"features":{"mcp":true},`+
+		`"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`)))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// TestNamesOfABoardStillInitializing: /api/devices shows a board that is
+// still initializing (no sync has named it yet) by the alias it will keep,
+// not by the alias another board holds.
+func TestNamesOfABoardStillInitializing(t *testing.T) {
+	short := mcpserver.DefaultAlias(macFirst)
+	b := startBridge(t, nil)
+	b.Board(macFirst, "breadboard", simulator.Config{})
+	stalledBoard(t, b, macSecond)
+	require.Eventually(t, func() bool { _, ok := apiAliases(t, b)[macSecond]; return ok }, 10*time.Second, 5*time.Millisecond)
+	aliases := apiAliases(t, b)
+	assert.Equal(t, short, aliases[macFirst])
+	assert.Equal(t, withPrefix([]string{aliases[macSecond]}, short), []string{aliases[macSecond]}, "moved aside: %s", aliases[macSecond])
+	assert.Equal(t, aliases[macSecond], b.App.MCP().Alias(macSecond), "the alias it keeps")
+	b.App.MCP().Sync()
+	assert.Equal(t, aliases, apiAliases(t, b), "a sync keeps it")
 }
