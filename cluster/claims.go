@@ -206,8 +206,12 @@ func (n *Node) claimRecord(deviceID string, released bool) []byte {
 	if released {
 		state = device.StateClosed
 	}
-	data, _ := json.Marshal(Record{Node: n.cfg.NodeID, DeviceID: deviceID, Transport: transport, HasMCP: true,
-		State: state.String(), ConnectedAt: time.Now(), Claimed: true, Released: released})
+	rec := Record{Node: n.cfg.NodeID, DeviceID: deviceID, Transport: transport, HasMCP: true,
+		State: state.String(), ConnectedAt: time.Now(), Claimed: true, Released: released}
+	if n.cfg.Alias != nil {
+		rec.Alias = n.cfg.Alias(deviceID) // "" until a session names it, unless it was here a moment ago
+	}
+	data, _ := json.Marshal(rec)
 	return data
 }
 

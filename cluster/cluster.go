@@ -89,7 +89,8 @@ type Config struct {
 	// nodes route to its boards, as the identity of the caller each call
 	// carries (a call without one is refused); nil allows every caller,
 	// as locally. Alias names a board as the policy's patterns may (nil:
-	// by MAC only).
+	// by MAC only); the board records this node writes carry it too, so
+	// that the fleet names a board as its holder does.
 	Policy *policy.Gate
 	Alias  func(deviceID string) string
 	// Audit, when set, records every routed call this node answers or
@@ -182,6 +183,10 @@ type Record struct {
 	// Released: the holder gave the board up while it is still connected
 	// (the holder is stopping); a survivor adopts it.
 	Released bool `json:"released,omitempty"`
+	// Alias is the alias the holder shows the board under (the one its
+	// /mcp tools start with); the other nodes show it by the same one when
+	// they can (mcpserver's naming).
+	Alias string `json:"alias,omitempty"`
 }
 
 // Heartbeat is a node's liveness key. It also says how loaded the node is
@@ -274,13 +279,17 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.beat()
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
+	// The Hub lists the other nodes' boards before the watches start: the
+	// events they announce must find those boards in Hub.Devices, or a
+	// subscriber that re-reads the Hub on an event (the /mcp catalogue)
+	// would miss the boards announced before.
+	hub.SetRemote(n)
 	if err := n.subscribe(); err != nil {
 		n.Abandon()
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
 	n.goOwned(n.catalogGC)
-	hub.SetRemote(n)
 	n.log.Info("joined the fleet", zap.String("nats", n.nc.ConnectedUrlRedacted()),
 		zap.Duration("offline_after", cfg.OfflineAfter))
 	return n, nil

@@ -156,6 +156,9 @@ func (n *Node) putBoard(info device.Info) {
 		HasMCP: info.HasMCP, State: info.State.String(), Board: info.Board, FirmwareVersion: info.FirmwareVersion,
 		Catalog: n.storeCatalog(ctx, info.Tools), ConnectedAt: info.ConnectedAt, ReadyAt: info.ReadyAt,
 		Generation: info.Generation, Claimed: n.sharedTransport(info.Transport)}
+	if n.cfg.Alias != nil {
+		rec.Alias = n.cfg.Alias(info.DeviceID)
+	}
 	data, _ := json.Marshal(rec)
 	own := func(rev uint64) {
 		n.dir.own(key, ownRecord{rev: rev, deviceID: info.DeviceID, catalog: rec.Catalog})

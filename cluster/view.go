@@ -152,6 +152,9 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 		HasMCP: rec.HasMCP}, State: parseState(rec.State), Board: rec.Board, FirmwareVersion: rec.FirmwareVersion,
 		Tools: n.catalog(rec.Catalog), ConnectedAt: rec.ConnectedAt, ReadyAt: rec.ReadyAt, Generation: rec.Generation,
 		Node: rec.Node}
+	if len(rec.Alias) <= maxRecordAlias {
+		info.HolderAlias = rec.Alias
+	}
 	b := &remoteBoard{rev: e.Revision(), info: info, catalog: rec.Catalog, claimed: rec.Claimed, released: rec.Released}
 	old, shown := n.dir.putRemote(key, b)
 	wasShown := shown && old != nil && !old.released
@@ -171,6 +174,11 @@ func (n *Node) onBoard(e jetstream.KeyValueEntry) {
 	}
 	n.announce([]device.Event{{Type: t, DeviceID: info.DeviceID, Info: info}})
 }
+
+// maxRecordAlias bounds the alias a record may carry (aliases are at most
+// 24 characters; a longer one is ignored, and the board named by this
+// node's rule).
+const maxRecordAlias = 64
 
 func nodeOf(b *remoteBoard) string {
 	if b == nil {

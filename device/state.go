@@ -54,6 +54,11 @@ type Info struct {
 	// Node names the bridge node that holds the board; it is set only for
 	// boards another node holds (see Hub.SetRemote), empty for local ones.
 	Node string `json:"node,omitempty"`
+	// HolderAlias is the alias the node that holds the board shows it
+	// under (its fleet directory record says), so that every node can show
+	// the board by one name; set only with Node. The control API shows the
+	// alias in use on the node answering, not this.
+	HolderAlias string `json:"-"`
 	// Generation increases with every session the Hub creates, so a
 	// subscriber can tell a reconnected board from the one it knew.
 	Generation uint64 `json:"generation"`

@@ -149,18 +149,27 @@ func (s *Server) auditStep(ctx context.Context, step string, st *flow.Step, tool
 	}
 }
 
-// Alias is the alias board deviceID's tools are published under ("" for
-// a board not in the catalogue), so that other surfaces (the control API)
-// match a policy's alias patterns as /mcp does.
+// Alias is the alias board deviceID's tools are published under, so that
+// other surfaces (the control API, the console, the fleet's record of a
+// board) show and match a board as /mcp does. A board the Hub lists that
+// the catalogue has not named yet (it connected a moment ago) is named
+// now, for good; a board that left a short while ago is shown with the
+// alias it had. "" for a board unknown here.
 func (s *Server) Alias(deviceID string) string {
 	cat := s.cat.Load()
 	if v, ok := cat.byDevice[deviceID]; ok {
 		return v.alias
 	}
-	if v, ok := cat.byDevice[device.NormalizeID(deviceID)]; ok {
+	id := device.NormalizeID(deviceID)
+	if v, ok := cat.byDevice[id]; ok {
 		return v.alias
 	}
-	return ""
+	now := time.Now()
+	if info, ok := s.hub.Device(id); ok && info.State != device.StateClosed {
+		return s.names.hold(namingOf(info, s.aliases), s.aliases.byName, now)
+	}
+	a, _ := s.names.lookup(id, now)
+	return a
 }
 
 // viewCatalog is the catalogue as the caller in ctx may see it: boards it

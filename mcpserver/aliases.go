@@ -104,29 +104,18 @@ func (a Aliases) Named(name string) (string, bool) {
 // Alias is the alias board id is shown under when nothing else is known
 // about the fleet: the operator's, else its default alias, moved aside
 // (with a hash of its id) if it would take an operator's name or, for an
-// id a board chose, the form of a MAC's default alias. Among connected
-// boards, /mcp may add a clash suffix to a default alias too (see
-// assignNames); prefer the catalogue's alias where there is one.
+// id a board chose, the form of a MAC's default alias. A board whose
+// default alias another board already holds gets another one (see
+// aliasBook.pick): prefer Server.Alias, which knows.
 func (a Aliases) Alias(id string) string {
 	id = device.NormalizeID(id)
-	return assignNamesReserving([]namingDevice{{DeviceID: id, Alias: a.byID[id]}}, a.byName).Aliases[id]
+	return assignNames([]namingDevice{{DeviceID: id, Alias: a.byID[id]}}, a.byName).Aliases[id]
 }
 
-// macDefaultAlias matches what DefaultAlias makes of a MAC.
-var macDefaultAlias = regexp.MustCompile(`^(?i)dev_[0-9a-f]{6}$`)
-
-// aliasTier orders whose name wins a clash: an operator's alias, then the
-// default alias of a MAC (the firmware's identity), then the default alias
-// of an id a board chose (only with allow_any_device_id).
-func aliasTier(d namingDevice) int {
-	switch {
-	case d.Alias != "":
-		return 0
-	case isMAC(d.DeviceID):
-		return 1
-	}
-	return 2
-}
+// macDefaultAlias matches the aliases a MAC's board may get by default:
+// DefaultAlias, and the same moved aside (aliasBook.pick). A board that
+// chose its id never takes one of them.
+var macDefaultAlias = regexp.MustCompile(`^(?i)dev_[0-9a-f]{6}(_[0-9a-f]{6}|_[0-9]+)?$`)
 
 func isMAC(id string) bool {
 	_, ok := device.CanonicalMAC(id)

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,19 +45,20 @@ func TestParseAliases(t *testing.T) {
 	}
 }
 
-// TestAliasTiers: in a clash the operator's alias wins over any default,
-// and a MAC's default over that of an id a board chose; a chosen id never
-// takes an operator's name, even one of a board that is away, nor the
-// form of a MAC's default alias.
+// TestAliasTiers: the operator's alias is reserved for its board, even
+// while it is away: no default alias takes it; a chosen id never takes
+// the form of a MAC's default alias, moved aside or not.
 func TestAliasTiers(t *testing.T) {
 	const real, mac = "02:00:00:00:00:01", "02:00:00:00:00:02"
-	n := assignNamesReserving([]namingDevice{
+	n := assignNames([]namingDevice{
+		{DeviceID: "kitchen"}, // connected first, the operator's name of another board
 		{DeviceID: real, Alias: "kitchen"},
-		{DeviceID: "kitchen"},
-		{DeviceID: mac},
 		{DeviceID: "dev_000002"},
+		{DeviceID: mac},
 		{DeviceID: "office"}, // an operator's name of a board not connected
 		{DeviceID: "dev_abcdef"},
+		{DeviceID: "dev_abcdef_123456"},
+		{DeviceID: "dev_abcdef_2"},
 	}, map[string]string{"kitchen": real, "office": "02:00:00:00:00:03"})
 	assert.Equal(t, "kitchen", n.Aliases[real])
 	assert.Equal(t, "kitchen_"+shortHash("kitchen"), n.Aliases["kitchen"])
@@ -64,9 +66,14 @@ func TestAliasTiers(t *testing.T) {
 	assert.Equal(t, "dev_000002_"+shortHash("dev_000002"), n.Aliases["dev_000002"])
 	assert.Equal(t, "office_"+shortHash("office"), n.Aliases["office"])
 	assert.Equal(t, "dev_abcdef_"+shortHash("dev_abcdef"), n.Aliases["dev_abcdef"], "looks like a MAC's default alias")
+	assert.Equal(t, withSuffix("dev_abcdef_123456", shortHash("dev_abcdef_123456"), maxAliasLen), n.Aliases["dev_abcdef_123456"],
+		"looks like a MAC's default alias moved aside")
+	assert.Equal(t, "dev_abcdef_2_"+shortHash("dev_abcdef_2"), n.Aliases["dev_abcdef_2"])
 
-	// Two MACs whose default aliases clash are equals: both move aside.
-	n = assignNames([]namingDevice{{DeviceID: "aa:00:00:dd:ee:ff"}, {DeviceID: "bb:00:00:dd:ee:ff"}})
+	// Two MACs whose default aliases clash, joining together: the first
+	// to connect keeps it, the other moves aside.
+	early, late := time.Unix(100, 0), time.Unix(200, 0)
+	n = assignNames([]namingDevice{{DeviceID: "aa:00:00:dd:ee:ff", ConnectedAt: late}, {DeviceID: "bb:00:00:dd:ee:ff", ConnectedAt: early}}, nil)
 	assert.Equal(t, "dev_ddeeff_"+shortHash("aa:00:00:dd:ee:ff"), n.Aliases["aa:00:00:dd:ee:ff"])
-	assert.Equal(t, "dev_ddeeff_"+shortHash("bb:00:00:dd:ee:ff"), n.Aliases["bb:00:00:dd:ee:ff"])
+	assert.Equal(t, "dev_ddeeff", n.Aliases["bb:00:00:dd:ee:ff"])
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -152,8 +153,14 @@ type catalogOptions struct {
 	confirm func(device.Tool) bool
 	// prev, when set, is the catalogue this one replaces: entries whose
 	// board and tool did not change are carried over rather than rebuilt,
-	// and parsed schemas are shared.
+	// parsed schemas are shared, and tools keep their names.
 	prev *catalog
+	// names remembers the aliases boards hold (nil: a book of its own, as
+	// if every board joined now); mark is names.mark() from before the
+	// Hub was read, now the time of the sync.
+	names *aliasBook
+	mark  uint64
+	now   time.Time
 }
 
 // buildCatalog computes the upstream view from the Hub's devices. Boards
@@ -184,13 +191,22 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 			visible = append(visible, t)
 		}
 		toolsOf[info.DeviceID] = visible
-		nd := namingDevice{DeviceID: info.DeviceID, Alias: opts.aliases.byID[info.DeviceID]}
+		nd := namingOf(info, opts.aliases)
 		for _, t := range visible {
 			nd.Tools = append(nd.Tools, t.Name)
 		}
 		naming = append(naming, nd)
 	}
-	names := assignNamesReserving(naming, opts.aliases.byName)
+	var kept keptNames
+	if opts.prev != nil {
+		kept = opts.prev.keptNames()
+	}
+	book := opts.names
+	if book == nil {
+		book = newAliasBook()
+		opts.mark = book.mark()
+	}
+	names := book.name(naming, opts.aliases.byName, kept, opts.mark, opts.now)
 	c.named = opts.aliases
 	for _, v := range c.devices {
 		id := v.info.DeviceID
@@ -212,6 +228,44 @@ func buildCatalog(infos []device.Info, remembered map[string][]device.Tool, opts
 		}
 	}
 	return c
+}
+
+// keptNames looks up the names c gave board tools: first by the name the
+// tool would get afresh (what almost every tool has), else in a table of
+// the board's tools, made the first time it is needed.
+func (c *catalog) keptNames() keptNames {
+	var tables map[string]map[string]string // device id → tool → name
+	return func(ref toolRef, base string) (string, bool) {
+		if e, ok := c.byName[base]; ok && e.deviceID == ref.DeviceID && e.tool.Name == ref.Tool {
+			return base, true
+		}
+		v, ok := c.byDevice[ref.DeviceID]
+		if !ok || len(v.tools) == 0 {
+			return "", false
+		}
+		t, ok := tables[ref.DeviceID]
+		if !ok {
+			t = make(map[string]string, len(v.tools))
+			for _, e := range v.tools {
+				t[e.tool.Name] = e.name
+			}
+			if tables == nil {
+				tables = map[string]map[string]string{}
+			}
+			tables[ref.DeviceID] = t
+		}
+		n, ok := t[ref.Tool]
+		return n, ok
+	}
+}
+
+// namingOf is what the naming needs of a board, without its tools.
+func namingOf(info device.Info, aliases Aliases) namingDevice {
+	nd := namingDevice{DeviceID: info.DeviceID, Alias: aliases.byID[info.DeviceID], ConnectedAt: info.ConnectedAt}
+	if info.Node != "" {
+		nd.Holder = info.HolderAlias
+	}
+	return nd
 }
 
 // reuseEntry returns prev's entry for name when it describes the same

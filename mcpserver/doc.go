@@ -6,9 +6,11 @@
 //
 //   - the upstream catalogue: which board tools are visible, the host-safe
 //     names they get (alias + tool, at most 64 characters of
-//     [A-Za-z0-9_-], collisions resolved with a stable hash suffix), their
-//     descriptions and input schemas, and keeping it in step with the
-//     device Hub's events (list_changed for subscribed clients);
+//     [A-Za-z0-9_-]; a board keeps its names while it is connected, and a
+//     newcomer whose names would clash gets them moved aside with a hash
+//     of its id: names.go), their descriptions and input schemas, and
+//     keeping it in step with the device Hub's events (list_changed for
+//     subscribed clients);
 //   - compact mode, a fixed set of three tools (list_devices,
 //     describe_device, call_device_tool) for hosts that cap tool counts;
 //   - argument validation against the board's input schema before a call
@@ -41,7 +43,8 @@
 // that set a log level, when boards come and go (clientlog.go,
 // boardnews.go).
 //
-// Lock order: Server.syncMu before Server.tombMu and before
+// Lock order: Server.syncMu before Server.tombMu, before aliasBook.mu
+// (names.go: which alias each board holds; a leaf) and before
 // boardResources.mu (resources.go: subscriptions, marked URIs, each board's
 // last status); syncMu is also held while sync reads the device Hub and adds
 // or removes the go-sdk server's tools and resources. boardResources.mu is

@@ -3,9 +3,11 @@ package mcpserver
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/devicebridge/devicebridge/device"
 )
@@ -123,131 +125,393 @@ type toolRef struct {
 	Tool     string
 }
 
-// namingDevice is the input of assignNames for one board.
+// namingDevice is one board as the naming sees it.
 type namingDevice struct {
 	DeviceID string
-	// Alias is the configured alias, or "" for the default.
+	// Alias is the operator's alias, or "" for the default.
 	Alias string
-	Tools []string
+	// Holder is the alias the fleet node that holds the board publishes
+	// it under (its directory record); "" for this node's own boards.
+	Holder string
+	// ConnectedAt orders boards that join in the same sync: the one that
+	// connected first chooses first.
+	ConnectedAt time.Time
+	Tools       []string
 }
 
-// naming is the outcome of assignNames.
+// naming is the outcome of a naming: every board's alias and every board
+// tool's upstream name.
 type naming struct {
-	// Aliases maps a device id to its effective alias (unique among the
-	// devices named together).
+	// Aliases maps a device id to its alias, unique (ignoring case) among
+	// the boards named together.
 	Aliases map[string]string
-	// Names maps each board tool to its upstream name.
+	// Names maps each board tool to its upstream name, unique (ignoring
+	// case).
 	Names map[toolRef]string
 }
 
-// assignNames gives every board and tool a host-safe, unique name. The
-// result depends only on its input (not on the order boards connected):
-//
-//   - an alias is the configured one, sanitized, or DefaultAlias; when
-//     aliases clash (ignoring case), the board whose name ranks first
-//     keeps it (an operator's alias, then a MAC's default alias, then the
-//     default alias of an id a board chose: see aliasTier) and the others
-//     get "_<hash of device id>" appended; equals all get the hash;
-//   - a tool is named <alias>_<tool part>; a name longer than 64
-//     characters is shortened and gets "_<hash of the full name>";
-//   - tools whose names still clash (ignoring case, since some hosts fold
-//     case) all get "_<hash of device id and tool>".
-func assignNames(devices []namingDevice) naming { return assignNamesReserving(devices, nil) }
+// assignNames names boards with no history: as if they all joined
+// together, in the order of their ConnectedAt (then device id).
+// reserved (lower-case alias → device id) holds the operator's aliases of
+// every board, connected or not.
+func assignNames(devices []namingDevice, reserved map[string]string) naming {
+	b := newAliasBook()
+	return b.name(devices, reserved, nil, b.mark(), time.Time{})
+}
 
-// assignNamesReserving is assignNames where reserved (lower-case alias →
-// device id) holds the operator's aliases of every board, connected or
-// not: a default alias never takes one of them, so a board that chose its
-// id cannot take the name of a board that is away.
-func assignNamesReserving(devices []namingDevice, reserved map[string]string) naming {
-	out := naming{Aliases: make(map[string]string, len(devices)), Names: map[toolRef]string{}}
+// Bounds of an aliasBook's memory of boards that left.
+const (
+	// recentAliasTTL is how long the alias of a board that left is kept
+	// for it: it gets it back when it returns within that time (unless a
+	// board that was there meanwhile took it first), and no newcomer takes
+	// it meanwhile. As long as a withdrawn tool is remembered
+	// (tombstoneTTL), so that a host's call by an old name is answered
+	// "board offline", never run on another board.
+	recentAliasTTL = tombstoneTTL
+	// maxRecentAliases bounds how many boards that left are remembered;
+	// past it the oldest are forgotten (they come back as newcomers).
+	maxRecentAliases = 1 << 16
+)
 
-	// Aliases.
-	byAlias := map[string][]namingDevice{}
+// aliasBook remembers who holds which alias, so that a board's names
+// never change while it is connected: a board keeps the alias it was
+// given until it leaves, and a newcomer whose alias would clash with one
+// held (or, for a while, with that of a board that left) gets the
+// disambiguated one. Its mutex is a leaf.
+type aliasBook struct {
+	mu  sync.Mutex
+	gen uint64 // counts the holds made outside a sync (hold)
+	// held: the boards present, and the aliases they hold.
+	held   map[string]heldAlias // device id →
+	holder map[string]string    // lower-case alias → device id, of held
+	// recent: boards that left, and the alias each had.
+	recent      map[string]pastAlias // device id →
+	recentOwner map[string]string    // lower-case alias → device id, of recent
+	ttl         time.Duration
+	max         int
+}
+
+type heldAlias struct {
+	alias string
+	gen   uint64 // b.gen when hold took it; 0 when a sync did
+}
+
+type pastAlias struct {
+	alias string
+	left  time.Time
+}
+
+func newAliasBook() *aliasBook {
+	return &aliasBook{held: map[string]heldAlias{}, holder: map[string]string{}, recent: map[string]pastAlias{},
+		recentOwner: map[string]string{}, ttl: recentAliasTTL, max: maxRecentAliases}
+}
+
+// mark is taken before a sync reads the boards present: a board held
+// after it (hold, for a board that connected meanwhile) is not released
+// by that sync for being absent from what it read.
+func (b *aliasBook) mark() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+// name names the boards present (devices), everything the book holds for
+// boards not among them (and held before mark) being released. Boards
+// keep the aliases they hold; newcomers are named in the order of
+// newcomerLess. A tool keeps the name kept says it has (its name in the
+// catalogue so far) while its board keeps its alias; other tools get
+// <alias>_<tool part>, disambiguated with a hash when that would clash
+// (toolNames).
+func (b *aliasBook) name(devices []namingDevice, reserved map[string]string, kept keptNames, mark uint64, now time.Time) naming {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	present := make(map[string]bool, len(devices))
 	for _, d := range devices {
-		a := truncate(sanitize(d.Alias), maxAliasLen)
-		tier := aliasTier(d)
-		if a == "" {
-			a = DefaultAlias(d.DeviceID)
-			owner, taken := reserved[strings.ToLower(a)]
-			if (taken && owner != d.DeviceID) || (tier == 2 && macDefaultAlias.MatchString(a)) {
-				a = withSuffix(a, shortHash(d.DeviceID), maxAliasLen)
-			}
-		}
-		out.Aliases[d.DeviceID] = a
-		k := strings.ToLower(a)
-		byAlias[k] = append(byAlias[k], d)
+		present[d.DeviceID] = true
 	}
-	for _, group := range byAlias {
-		if len(group) < 2 {
-			continue
-		}
-		first, equals := 3, 0
-		for _, d := range group {
-			switch t := aliasTier(d); {
-			case t < first:
-				first, equals = t, 1
-			case t == first:
-				equals++
-			}
-		}
-		for _, d := range group {
-			if aliasTier(d) > first || equals > 1 {
-				out.Aliases[d.DeviceID] = withSuffix(out.Aliases[d.DeviceID], shortHash(d.DeviceID), maxAliasLen)
-			}
+	for id, h := range b.held {
+		if !present[id] && h.gen <= mark {
+			b.release(id, now)
 		}
 	}
-
-	// Tool names.
-	byName := map[string][]toolRef{}
+	b.expire(now)
+	var newcomers []namingDevice
 	for _, d := range devices {
-		alias := out.Aliases[d.DeviceID]
-		for _, t := range d.Tools {
-			ref := toolRef{d.DeviceID, t}
-			name := alias + "_" + toolPart(t)
-			if len(name) > MaxNameLen {
-				name = withSuffix(name, shortHash(name), MaxNameLen)
-			}
-			out.Names[ref] = name
-			k := strings.ToLower(name)
-			byName[k] = append(byName[k], ref)
+		if _, ok := b.held[d.DeviceID]; !ok {
+			newcomers = append(newcomers, d)
 		}
 	}
-	var clashes []toolRef
-	for _, refs := range byName {
-		if len(refs) > 1 {
-			clashes = append(clashes, refs...)
-		}
+	sort.Slice(newcomers, func(i, j int) bool { return newcomerLess(newcomers[i], newcomers[j]) })
+	for _, d := range newcomers {
+		b.take(d.DeviceID, b.pick(d, reserved, now), 0)
 	}
-	for _, ref := range clashes {
-		out.Names[ref] = withSuffix(out.Names[ref], shortHash(ref.DeviceID, ref.Tool), MaxNameLen)
+	out := naming{Aliases: make(map[string]string, len(devices))}
+	for _, d := range devices {
+		out.Aliases[d.DeviceID] = b.held[d.DeviceID].alias
 	}
-	if len(clashes) > 0 {
-		dedupe(out.Names)
-	}
+	out.Names = toolNames(devices, out.Aliases, kept)
 	return out
 }
 
-// dedupe is the last resort for names that still clash after hashing (it
-// takes a 24-bit hash collision): the clashing names are numbered in a
-// deterministic order.
-func dedupe(names map[toolRef]string) {
-	groups := map[string][]toolRef{}
-	for ref, n := range names {
-		k := strings.ToLower(n)
-		groups[k] = append(groups[k], ref)
+// hold gives board d its alias now, if it holds none yet: for a board
+// that a sync has not named yet (it connected a moment ago), so that what
+// is shown of it before the catalogue has it (the control API, the
+// fleet's record of it) is the alias it will keep.
+func (b *aliasBook) hold(d namingDevice, reserved map[string]string, now time.Time) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h, ok := b.held[d.DeviceID]; ok {
+		return h.alias
 	}
-	for _, refs := range groups {
-		if len(refs) < 2 {
-			continue
+	b.gen++
+	a := b.pick(d, reserved, now)
+	b.take(d.DeviceID, a, b.gen)
+	return a
+}
+
+// lookup returns the alias board id holds or, when it left less than the
+// book's TTL ago, held.
+func (b *aliasBook) lookup(id string, now time.Time) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h, ok := b.held[id]; ok {
+		return h.alias, true
+	}
+	if p, ok := b.recent[id]; ok && now.Sub(p.left) <= b.ttl {
+		return p.alias, true
+	}
+	return "", false
+}
+
+// newcomerLess orders the boards that join in one sync: first those whose
+// holding node named them already (their alias is the fleet's), then by
+// the time they connected, then by id.
+func newcomerLess(a, b namingDevice) bool {
+	if (a.Holder != "") != (b.Holder != "") {
+		return a.Holder != ""
+	}
+	if !a.ConnectedAt.Equal(b.ConnectedAt) {
+		return a.ConnectedAt.Before(b.ConnectedAt)
+	}
+	return a.DeviceID < b.DeviceID
+}
+
+// maxHashTries bounds the hashes pick tries before numbering.
+const maxHashTries = 16
+
+// pick chooses a newcomer's alias, the first of these that is free:
+//
+//  1. the alias its holding node publishes it under (a board another
+//     fleet node holds), so that the fleet shows one name;
+//  2. the alias it had when it left, if that was less than the TTL ago;
+//  3. its own: the operator's alias, else DefaultAlias, moved aside with
+//     a hash of its id when it would take an operator's alias of another
+//     board or, for an id a board chose, look like a MAC's default alias;
+//  4. that alias with "_<hash of its id>" (then other hashes, then
+//     numbers, should those be taken too).
+//
+// An alias is free when no other board holds it (ignoring case) and it is
+// no other board's operator alias; a default alias must also not be one
+// that another board held until less than the TTL ago.
+func (b *aliasBook) pick(d namingDevice, reserved map[string]string, now time.Time) string {
+	if a := truncate(sanitize(d.Holder), maxAliasLen); a != "" && b.free(a, d.DeviceID, reserved, now, false) {
+		return a
+	}
+	if p, ok := b.recent[d.DeviceID]; ok && now.Sub(p.left) <= b.ttl && b.free(p.alias, d.DeviceID, reserved, now, true) {
+		return p.alias
+	}
+	own, forced := ownAlias(d, reserved)
+	if !forced && b.free(own, d.DeviceID, reserved, now, d.Alias == "") {
+		return own
+	}
+	for i := range maxHashTries {
+		h := shortHash(d.DeviceID)
+		if i > 0 {
+			h = shortHash(d.DeviceID, strconv.Itoa(i))
 		}
-		sort.Slice(refs, func(i, j int) bool {
-			if refs[i].DeviceID != refs[j].DeviceID {
-				return refs[i].DeviceID < refs[j].DeviceID
+		if a := withSuffix(own, h, maxAliasLen); b.free(a, d.DeviceID, reserved, now, true) {
+			return a
+		}
+	}
+	for n := 2; ; n++ { // ends: each try that fails is another board's alias
+		if a := withSuffix(own, strconv.Itoa(n), maxAliasLen); b.free(a, d.DeviceID, reserved, now, true) {
+			return a
+		}
+	}
+}
+
+// ownAlias is what board d is called when nothing else is known: the
+// operator's alias (sanitized), else its DefaultAlias. forced says that a
+// default alias must not be used as it is (it is another board's operator
+// alias or, for an id a board chose, has the form of a MAC's default
+// alias): pick moves it aside.
+func ownAlias(d namingDevice, reserved map[string]string) (alias string, forced bool) {
+	if a := truncate(sanitize(d.Alias), maxAliasLen); a != "" {
+		return a, false
+	}
+	a := DefaultAlias(d.DeviceID)
+	owner, taken := reserved[strings.ToLower(a)]
+	return a, (taken && owner != d.DeviceID) || (!isMAC(d.DeviceID) && macDefaultAlias.MatchString(a))
+}
+
+// free reports whether board id may take alias a. withRecent: not if
+// another board held it until less than the TTL ago either.
+func (b *aliasBook) free(a, id string, reserved map[string]string, now time.Time, withRecent bool) bool {
+	k := strings.ToLower(a)
+	if owner, ok := b.holder[k]; ok && owner != id {
+		return false
+	}
+	if owner, ok := reserved[k]; ok && owner != id {
+		return false
+	}
+	if !withRecent {
+		return true
+	}
+	owner, ok := b.recentOwner[k]
+	return !ok || owner == id || now.Sub(b.recent[owner].left) > b.ttl
+}
+
+// take records that board id holds alias a.
+func (b *aliasBook) take(id, a string, gen uint64) {
+	b.held[id] = heldAlias{alias: a, gen: gen}
+	b.holder[strings.ToLower(a)] = id
+	if p, ok := b.recent[id]; ok {
+		delete(b.recent, id)
+		if b.recentOwner[strings.ToLower(p.alias)] == id {
+			delete(b.recentOwner, strings.ToLower(p.alias))
+		}
+	}
+}
+
+// release records that board id left.
+func (b *aliasBook) release(id string, now time.Time) {
+	h := b.held[id]
+	delete(b.held, id)
+	k := strings.ToLower(h.alias)
+	if b.holder[k] == id {
+		delete(b.holder, k)
+	}
+	b.recent[id] = pastAlias{alias: h.alias, left: now}
+	b.recentOwner[k] = id
+}
+
+// expire forgets the boards that left more than the TTL ago and, past the
+// bound on their number, the oldest of the others (an eighth more, so that
+// the sort is not repeated for every board that leaves).
+func (b *aliasBook) expire(now time.Time) {
+	if len(b.recent) <= b.max {
+		return
+	}
+	var ids []string
+	for id, p := range b.recent {
+		if now.Sub(p.left) > b.ttl {
+			b.forget(id)
+		} else {
+			ids = append(ids, id)
+		}
+	}
+	if len(b.recent) <= b.max {
+		return
+	}
+	sort.Slice(ids, func(i, j int) bool { return b.recent[ids[i]].left.Before(b.recent[ids[j]].left) })
+	for _, id := range ids[:len(b.recent)-b.max+b.max/8] {
+		b.forget(id)
+	}
+}
+
+func (b *aliasBook) forget(id string) {
+	p := b.recent[id]
+	delete(b.recent, id)
+	if k := strings.ToLower(p.alias); b.recentOwner[k] == id {
+		delete(b.recentOwner, k)
+	}
+}
+
+// keptNames says which name a board tool has had so far, if any; base is
+// the name toolNames would give it afresh (the name it most likely has).
+type keptNames func(ref toolRef, base string) (string, bool)
+
+// keptIn is keptNames over a map.
+func keptIn(m map[toolRef]string) keptNames {
+	return func(ref toolRef, _ string) (string, bool) { n, ok := m[ref]; return n, ok }
+}
+
+// baseName is a tool's name before any clash: <alias>_<tool part>, cut to
+// 64 characters with "_<hash of the full name>" when longer.
+func baseName(alias, tool string) string {
+	n := alias + "_" + toolPart(tool)
+	if len(n) > MaxNameLen {
+		n = withSuffix(n, shortHash(n), MaxNameLen)
+	}
+	return n
+}
+
+// toolNames names every board tool: its baseName, unless it has a name
+// already (kept) under its board's alias, which it keeps. A new name that
+// would clash (ignoring case, since some hosts fold case) with a kept one,
+// or with another new one, gets "_<hash of device id and tool>" (all the
+// new ones of a clash do); numbers settle what still clashes after that
+// (a 24-bit hash collision).
+func toolNames(devices []namingDevice, aliases map[string]string, kept keptNames) map[toolRef]string {
+	total := 0
+	for _, d := range devices {
+		total += len(d.Tools)
+	}
+	names := make(map[toolRef]string, total)
+	taken := make(map[string]struct{}, total) // lower-case names given
+	var fresh []toolRef
+	for _, d := range devices {
+		alias := aliases[d.DeviceID]
+		for _, t := range d.Tools {
+			ref := toolRef{d.DeviceID, t}
+			if _, dup := names[ref]; dup {
+				continue
 			}
-			return refs[i].Tool < refs[j].Tool
-		})
-		for i, ref := range refs[1:] {
-			names[ref] = withSuffix(names[ref], fmt.Sprint(i+2), MaxNameLen)
+			base := baseName(alias, t)
+			if kept != nil {
+				if n, ok := kept(ref, base); ok && len(n) > len(alias) && n[len(alias)] == '_' && strings.HasPrefix(n, alias) {
+					k := strings.ToLower(n)
+					if _, clash := taken[k]; !clash {
+						names[ref], taken[k] = n, struct{}{}
+						continue
+					}
+				}
+			}
+			names[ref] = base
+			fresh = append(fresh, ref)
 		}
 	}
+	if len(fresh) == 0 {
+		return names
+	}
+	byName := map[string][]toolRef{}
+	for _, ref := range fresh {
+		k := strings.ToLower(names[ref])
+		byName[k] = append(byName[k], ref)
+	}
+	for k, refs := range byName {
+		if _, clash := taken[k]; len(refs) > 1 || clash {
+			for _, ref := range refs {
+				names[ref] = withSuffix(names[ref], shortHash(ref.DeviceID, ref.Tool), MaxNameLen)
+			}
+		}
+	}
+	// What still clashes is numbered, in a fixed order.
+	sort.Slice(fresh, func(i, j int) bool {
+		if fresh[i].DeviceID != fresh[j].DeviceID {
+			return fresh[i].DeviceID < fresh[j].DeviceID
+		}
+		return fresh[i].Tool < fresh[j].Tool
+	})
+	for _, ref := range fresh {
+		n := names[ref]
+		for i := 2; ; i++ {
+			if _, clash := taken[strings.ToLower(n)]; !clash {
+				break
+			}
+			n = withSuffix(names[ref], strconv.Itoa(i), MaxNameLen)
+		}
+		names[ref], taken[strings.ToLower(n)] = n, struct{}{}
+	}
+	return names
 }

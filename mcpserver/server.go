@@ -189,6 +189,9 @@ type Server struct {
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
 	remembered map[string][]device.Tool
+	// names remembers which alias each board holds (names.go); its mutex
+	// is a leaf.
+	names *aliasBook
 	// uncheckedLog and unpublishedLog throttle warnings about a board's
 	// tools: a board can reconnect and list the same tools again at will.
 	uncheckedLog, unpublishedLog logthrottle.Throttle
@@ -230,6 +233,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		aliases:    aliases,
 		log:        opts.Logger,
 		remembered: map[string][]device.Tool{},
+		names:      newAliasBook(),
 		tombstones: map[string]tombstone{},
 		res:        newBoardResources(),
 	}
@@ -430,6 +434,7 @@ func (s *Server) Sync() { s.sync() }
 func (s *Server) sync() bool {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	mark := s.names.mark()
 	infos := s.hub.Devices()
 	present := make(map[string]bool, len(infos))
 	for _, info := range infos {
@@ -445,7 +450,7 @@ func (s *Server) sync() bool {
 	}
 	old := s.cat.Load()
 	cur := buildCatalog(infos, s.remembered, catalogOptions{aliases: s.aliases, showUserOnly: s.opts.ShowUserOnlyTools,
-		flow: s.flow != nil, confirm: s.needsConfirm, prev: old})
+		flow: s.flow != nil, confirm: s.needsConfirm, prev: old, names: s.names, mark: mark, now: time.Now()})
 	s.cat.Store(cur)
 	s.syncResources(old, cur)
 	removed, added := diff(old, cur)
