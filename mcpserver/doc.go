@@ -44,7 +44,8 @@
 // boardnews.go).
 //
 // Lock order: Server.syncMu before Server.tombMu, before aliasBook.mu
-// (names.go: which alias each board holds; a leaf) and before
+// (names.go: which alias each board holds; a leaf), before applyMu (held
+// while the go-sdk server's tools change, and read by tools/list) and before
 // boardResources.mu (resources.go: subscriptions, marked URIs, each board's
 // last status); syncMu is also held while sync reads the device Hub and adds
 // or removes the go-sdk server's tools and resources. boardResources.mu is

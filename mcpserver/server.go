@@ -188,6 +188,12 @@ type Server struct {
 	spent       flow.SpentStore
 
 	syncMu     sync.Mutex // serialises sync; guards remembered
+	// applyMu is held for writing while sync removes and adds the go-sdk
+	// server's tools, and for reading while tools/list is answered, so that
+	// a host never lists half a change (a board with some of its tools).
+	// go-sdk announces list_changed 10 ms after the last change, which a
+	// loaded machine can take between two of one board's tools.
+	applyMu sync.RWMutex
 	remembered map[string][]device.Tool
 	// names remembers which alias each board holds (names.go); its mutex
 	// is a leaf.
@@ -292,7 +298,7 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 		},
 	})
 	s.mcp.AddReceivingMiddleware(s.notesMiddleware, s.setLevelMiddleware) // notes.go, clientlog.go
-	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware)
+	s.mcp.AddReceivingMiddleware(s.withdrawnToolMiddleware, s.wholeListMiddleware)
 	// Inside accessMiddleware, which gives it the caller's identity.
 	s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
 	s.mcp.AddReceivingMiddleware(s.accessMiddleware) // identity and policy (access.go)
@@ -465,6 +471,7 @@ func (s *Server) sync() bool {
 	}
 	s.bury(old, removed)
 	sort.Strings(removed)
+	s.applyMu.Lock()
 	if len(removed) > 0 {
 		s.mcp.RemoveTools(removed...)
 	}
@@ -479,6 +486,7 @@ func (s *Server) sync() bool {
 			s.hub.RefuseTool(e.deviceID, e.tool.Name, err.Error())
 		}
 	}
+	s.applyMu.Unlock()
 	s.log.Info("upstream tools updated", zap.Int("tools", len(cur.byName)), zap.Int("devices", len(cur.devices)),
 		zap.Int("added_or_changed", len(added)), zap.Int("removed", len(removed)))
 	return true
@@ -536,6 +544,19 @@ func (s *Server) bury(old *catalog, names []string) {
 				delete(s.tombstones, n)
 			}
 		}
+	}
+}
+
+// wholeListMiddleware answers tools/list between two changes of the
+// published tools, never during one (applyMu).
+func (s *Server) wholeListMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/list" {
+			return next(ctx, method, req)
+		}
+		s.applyMu.RLock()
+		defer s.applyMu.RUnlock()
+		return next(ctx, method, req)
 	}
 }
 
