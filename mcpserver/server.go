@@ -26,10 +26,18 @@ import (
 
 // Defaults for Options fields left at zero.
 const (
-	DefaultPageSize         = 100
-	DefaultMaxBodyBytes     = 4 << 20
-	DefaultRateLimit        = 20 // requests per second per session
-	DefaultRateBurst        = 40
+	DefaultPageSize     = 100
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultRateLimit and DefaultRateBurst are mcp.rate_limit and
+	// mcp.rate_burst: requests per second per session, verified identity
+	// or address (mcphttp's rateLimit), and the burst allowed on top. No
+	// well-behaved client comes near them: a host calls tools at the pace
+	// of its model (a few a second at most), and the burst covers a whole
+	// run of the official conformance suite from one address (about 125
+	// requests within seconds, docs/mcp.md) several times over. They stop
+	// a runaway or hostile client, not a busy one.
+	DefaultRateLimit        = 50
+	DefaultRateBurst        = 500
 	DefaultSessionTimeout   = 10 * time.Minute // see Options.SessionTimeout
 	DefaultProgressInterval = 10 * time.Second
 	DefaultEventStoreBytes  = 10 << 20
@@ -79,9 +87,10 @@ type Options struct {
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RateLimit is the sustained number of requests per second allowed per
-	// session (per client address for requests outside a session), with
-	// bursts up to RateBurst; beyond it requests get 429. Negative
-	// disables rate limiting.
+	// legacy session, and outside a session (stateless 2026-07-28 clients,
+	// initialize) per verified identity, else per client address; bursts
+	// go up to RateBurst. Beyond it a request gets 429 with Retry-After
+	// and a JSON-RPC error. Negative disables rate limiting.
 	RateLimit float64 `yaml:"rate_limit"`
 	RateBurst int     `yaml:"rate_burst"`
 	// SessionTimeout closes a legacy session idle for this long: no
