@@ -522,7 +522,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 // toolHandler runs a published board tool.
 func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return s.guardedCall(ctx, req, e, req.Params.Arguments), nil
+		return s.guardedCall(ctx, req, e, req.Params.Arguments)
 	}
 }
 
