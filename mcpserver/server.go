@@ -20,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/internal/mcpera"
 	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
@@ -271,6 +272,10 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	if opts.Compact {
 		s.addCompactTools()
 	}
+	// Each protocol era sees only its own result shapes. Keep this the
+	// last middleware added (the outermost): it wraps the results it
+	// changes, which the middleware above must see as they are.
+	s.mcp.AddReceivingMiddleware(mcpera.Middleware)
 	s.http = mcphttp.New(s.mcp, mcphttp.Options{
 		MaxBodyBytes:         opts.MaxBodyBytes,
 		RateLimit:            opts.RateLimit,
