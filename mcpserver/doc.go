@@ -21,7 +21,8 @@
 //     (bodylimit.go), bindLifetime (lifetime.go), stripCaller (caller.go),
 //     then route (route.go) by protocol era: modern requests get their
 //     caller identity (setCaller) and the stateless go-sdk handler; legacy
-//     ones pass session admission (sessions.go: caps, idle timeout) and
+//     ones get the SSE retry field on their streams (sseretry.go), pass
+//     session admission (sessions.go: caps, idle timeout) and
 //     cancellation tracking (tracker.go: the result of a call the client
 //     cancelled is withheld) to the stateful, resumable handler.
 //

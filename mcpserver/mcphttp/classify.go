@@ -13,6 +13,8 @@ type bodyInfo struct {
 	cancels    []string // request ids named by notifications/cancelled
 	discover   bool
 	modernMeta bool
+	// initVersion is the protocolVersion an initialize asks for.
+	initVersion string
 }
 
 type rpcMessage struct {
@@ -55,6 +57,13 @@ func classify(body []byte) bodyInfo {
 			}
 		case "server/discover":
 			info.discover = true
+		case "initialize":
+			var p struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil && len(p.ProtocolVersion) <= len("2006-01-02") {
+				info.initVersion = p.ProtocolVersion
+			}
 		}
 		if bytes.Contains(m.Params, []byte(metaVersion)) {
 			var p struct {

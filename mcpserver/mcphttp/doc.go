@@ -17,7 +17,8 @@
 //  5. route (route.go): the protocol era picks the handler.
 //     - modern: setCaller (caller.go) sets the caller identity of
 //     interactions, then the stateless go-sdk handler.
-//     - legacy: admitSession (sessions.go: session caps, the idle
+//     - legacy: sseRetry (sseretry.go: the SSE retry field, from
+//     2025-11-25), admitSession (sessions.go: session caps, the idle
 //     clock), trackCalls (tracker.go: withholding the result of a call
 //     the client cancelled), then the stateful go-sdk handler, whose event
 //     store (store.go) does the same for replays and forgets a closed

@@ -104,7 +104,7 @@ func New(srv *mcp.Server, opts Options) *Front {
 		stripCaller(opts.CallerHeader), // caller.go
 	)(route( // route.go
 		setCaller(opts.CallerHeader, opts.Caller)(stateless), // modern
-		f.admitSession(f.trackCalls(stateful)),               // legacy: sessions.go, tracker.go
+		sseRetry(f.admitSession(f.trackCalls(stateful))),     // legacy: sseretry.go, sessions.go, tracker.go
 	))
 	return f
 }
