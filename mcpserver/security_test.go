@@ -196,7 +196,7 @@ const modernList = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_me
 func TestRateLimitStateless(t *testing.T) {
 	b := startBridge(t, func(c *app.Config) {
 		c.MCP.Tokens = []string{"kitchen=k-one", "kitchen=k-two", "hall=h-one"}
-		c.MCP.RateLimit = 0.5 // nothing refills during the test
+		c.MCP.RateLimit = 0.01 // nothing refills during the test
 		c.MCP.RateBurst = 3
 	})
 	as := func(token string) map[string]string {

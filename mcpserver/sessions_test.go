@@ -249,7 +249,10 @@ func TestIPv6NetworkIsOneClient(t *testing.T) {
 func TestSSERetry(t *testing.T) {
 	b := startBridge(t, nil)
 	want := strconv.FormatInt(mcphttp.SSERetry.Milliseconds(), 10)
-	firstEvent := func(resp *http.Response) sseEvent {
+	// firstEvent reads a stream's first event; to its end when whole
+	// (a stream that ends), else closing it after that event (the GET
+	// stream, which would not end by itself).
+	firstEvent := func(resp *http.Response, whole bool) sseEvent {
 		t.Helper()
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -258,7 +261,9 @@ func TestSSERetry(t *testing.T) {
 		go readSSE(resp.Body, events)
 		ev, ok := <-events
 		require.True(t, ok, "an event")
-		resp.Body.Close() // a GET stream would not end by itself
+		if !whole {
+			resp.Body.Close()
+		}
 		for range events {
 		}
 		return ev
@@ -266,7 +271,9 @@ func TestSSERetry(t *testing.T) {
 
 	sid := rawSession(b, "2025-11-25")
 	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
-	prime := firstEvent(do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, hdr)))
+	// The POST stream is read to its end: resuming it while it is still
+	// being written would be a conflict (409).
+	prime := firstEvent(do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, hdr)), true)
 	assert.Equal(t, want, prime.Retry, "the POST stream's priming event")
 	assert.Equal(t, "prime", prime.Name)
 	require.NotEmpty(t, prime.ID)
@@ -275,20 +282,20 @@ func TestSSERetry(t *testing.T) {
 	get.Header.Set("Accept", "text/event-stream")
 	ctx, cancel := withTimeout(10 * time.Second)
 	defer cancel()
-	assert.Equal(t, want, firstEvent(do(b, get.WithContext(ctx))).Retry, "the GET stream")
+	assert.Equal(t, want, firstEvent(do(b, get.WithContext(ctx)), false).Retry, "the GET stream")
 
 	resume := rawRequest(b, "GET", "", hdr)
 	resume.Header.Set("Accept", "text/event-stream")
 	resume.Header.Set("Last-Event-ID", prime.ID)
-	ev := firstEvent(do(b, resume.WithContext(ctx)))
+	ev := firstEvent(do(b, resume.WithContext(ctx)), true)
 	assert.Equal(t, want, ev.Retry, "a resumed stream")
 	assert.Contains(t, ev.Data, `"id":2`, "replays what followed the priming event")
 
 	old := rawSession(b, "2025-06-18")
 	ev = firstEvent(do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`,
-		map[string]string{"Mcp-Session-Id": old, "MCP-Protocol-Version": "2025-06-18"})))
+		map[string]string{"Mcp-Session-Id": old, "MCP-Protocol-Version": "2025-06-18"})), true)
 	assert.Empty(t, ev.Retry, "2025-06-18: no priming, no retry")
 
-	ev = firstEvent(do(b, rawRequest(b, "POST", modernList, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list"})))
+	ev = firstEvent(do(b, rawRequest(b, "POST", modernList, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list"})), true)
 	assert.Empty(t, ev.Retry, "the stateless era resumes nothing")
 }
