@@ -23,7 +23,7 @@ func TestFlagErrorsSayWhatIsExpected(t *testing.T) {
 		{[]string{"--simulate", "abc"}, `--simulate: "abc" is not a whole number; use a whole number like 3`},
 		{[]string{"--ota-burst", "x"}, `--ota-burst: "x" is not a whole number; use a whole number like 500`},
 		{[]string{"--simulate", "99999999999999999999"}, `--simulate: "99999999999999999999" is out of range; use a whole number like 3`},
-		{[]string{"--mcp-rate-limit", "abc"}, `--mcp-rate-limit: "abc" is not a number; use a number like 20`},
+		{[]string{"--mcp-rate-limit", "abc"}, `--mcp-rate-limit: "abc" is not a number; use a number like 50`},
 		{[]string{"--ota=maybe"}, `--ota: "maybe" is not true or false; write --ota, --ota=true or --ota=false`},
 		{[]string{"--mqtt-user", "x"}, `--mqtt-user: "x": want USER:PASSWORD`},
 		{[]string{"--call-timeout"}, `--call-timeout needs a value: --call-timeout 5s`},

@@ -77,7 +77,8 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.BoolVar(&c.ShowUserOnlyTools, "mcp-show-user-tools", c.ShowUserOnlyTools, "also publish the tools boards reserve for people (hidden from the model by default)")
 	fs.Var(stringList{&c.Tokens}, "mcp-token", "bearer token accepted on /mcp (repeatable); none means the control tokens apply")
 	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool> (repeatable)")
-	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session (negative disables)")
+	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session, else per identity or address (bursts of mcp.rate_burst); "+
+		"the default is far above any well-behaved client, a conformance-suite run included; past it 429 with a JSON-RPC error; negative disables")
 	fs.IntVar(&c.MaxSessions, "mcp-max-sessions", c.MaxSessions, "most MCP sessions open at once; past it initialize gets 503")
 	fs.IntVar(&c.MaxSessionsPerClient, "mcp-max-sessions-per-client", c.MaxSessionsPerClient,
 		"most MCP sessions of one client (identity, else address); past it initialize gets 429")

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -282,8 +283,8 @@ func TestFlowsContinueOnAnotherNode(t *testing.T) {
 // TestFlowsWithoutSharedSecretStayOnTheirNode: without a common
 // --flow-secret a node cannot read another's state. An interaction id from
 // node a is SESSION_NOT_FOUND on node b, with a message that names the
-// cause; a requestState from a is not trusted on b, which asks again
-// (saying why) and runs nothing.
+// cause; a requestState from a fails its signature on b, which refuses it
+// with a JSON-RPC error naming the flow secret and runs nothing.
 func TestFlowsWithoutSharedSecretStayOnTheirNode(t *testing.T) {
 	noLeaks(t)
 	baseA, baseB := flowNodes(t, "")
@@ -303,9 +304,13 @@ func TestFlowsWithoutSharedSecretStayOnTheirNode(t *testing.T) {
 	onA, onB := manualMRTR(t, baseA+"/mcp"), manualMRTR(t, baseB+"/mcp")
 	first := mrtrCall(t, onA, name, "", nil)
 	require.True(t, first.NeedsInput())
-	res := mrtrCall(t, onB, name, first.RequestState, 9)
-	require.True(t, res.NeedsInput(), "b does not trust a's requestState: it asks again")
-	msg := res.InputRequests["flow"].(*mcp.ElicitParams).Message
-	require.Contains(t, msg, "flow secret", "the form says why the answer was not used")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := onB.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{}, RequestState: first.RequestState,
+		InputResponses: mcp.InputResponseMap{"flow": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"volume": 9}}}})
+	var werr *jsonrpc.Error
+	require.ErrorAs(t, err, &werr, "b does not trust a's requestState")
+	require.EqualValues(t, jsonrpc.CodeInvalidParams, werr.Code)
+	require.Contains(t, werr.Message, "flow secret", "the error names the likely cause")
 	require.Equal(t, before, volume(t, baseA, mac), "nothing ran")
 }

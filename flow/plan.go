@@ -275,7 +275,7 @@ func encodeArgs(m map[string]json.RawMessage) json.RawMessage {
 	if err != nil {
 		return json.RawMessage("{}")
 	}
-	return b
+	return argcheck.Compact(b) // Marshal writes & < > as \u0026…; shown to people and models
 }
 
 // answer turns an answer to p's prompt into the value to store:

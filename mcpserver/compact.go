@@ -41,7 +41,7 @@ var (
 )
 
 func (s *Server) addCompactTools() {
-	add := func(name, title, desc string, schema json.RawMessage, h func(context.Context, *mcp.CallToolRequest, map[string]json.RawMessage) *mcp.CallToolResult) {
+	add := func(name, title, desc string, schema json.RawMessage, h func(context.Context, *mcp.CallToolRequest, map[string]json.RawMessage) (*mcp.CallToolResult, error)) {
 		parsed, err := argcheck.Parse(schema)
 		if err != nil {
 			panic(fmt.Sprintf("tools: compact schema %s: %v", name, err))
@@ -56,16 +56,23 @@ func (s *Server) addCompactTools() {
 				if len(args) > 0 {
 					_ = json.Unmarshal(args, &m)
 				}
-				return h(ctx, req, m), nil
+				return h(ctx, req, m)
 			})
+	}
+	// never fails the request: list_devices and describe_device answer
+	// everything with a result.
+	never := func(h func(context.Context, *mcp.CallToolRequest, map[string]json.RawMessage) *mcp.CallToolResult) func(context.Context, *mcp.CallToolRequest, map[string]json.RawMessage) (*mcp.CallToolResult, error) {
+		return func(ctx context.Context, req *mcp.CallToolRequest, m map[string]json.RawMessage) (*mcp.CallToolResult, error) {
+			return h(ctx, req, m), nil
+		}
 	}
 	add(toolListDevices, "List boards",
 		"List the boards connected to the bridge: alias, MAC, board type, firmware, state and the names of their tools. "+
 			"Start here, then use describe_device for a board's tool arguments and call_device_tool to run one.",
-		listDevicesSchema, s.compactList)
+		listDevicesSchema, never(s.compactList))
 	add(toolDescribeDevice, "Describe a board's tools",
 		"Show one board's tools with their descriptions and input schemas (argument names, types, ranges, defaults).",
-		describeDeviceSchema, s.compactDescribe)
+		describeDeviceSchema, never(s.compactDescribe))
 	add(toolCallDeviceTool, "Run a board tool",
 		"Run one tool on one board. Arguments are checked against the tool's input schema before the board sees them. "+
 			"A board runs one tool at a time; if it does not answer in time the action may still happen, so check its state before retrying.",
@@ -186,7 +193,8 @@ func (s *Server) compactDescribe(ctx context.Context, _ *mcp.CallToolRequest, ar
 	return jsonResult(out)
 }
 
-func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args map[string]json.RawMessage) *mcp.CallToolResult {
+// compactCall is call_device_tool; its error is guardedCall's.
+func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args map[string]json.RawMessage) (*mcp.CallToolResult, error) {
 	var ref, tool string
 	_ = json.Unmarshal(args["device"], &ref)
 	_ = json.Unmarshal(args["tool"], &tool)
@@ -195,7 +203,7 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 	if fail != nil {
 		s.lines().unknownDevice.Info(s.log, "tool call rejected", clip.Field("device", ref), clip.Field("tool", tool),
 			zap.String("outcome", string(device.CodeUnknownDevice)))
-		return fail
+		return fail, nil
 	}
 	e := v.findTool(tool)
 	if e == nil {
@@ -207,12 +215,12 @@ func (s *Server) compactCall(ctx context.Context, req *mcp.CallToolRequest, args
 			zap.String("outcome", "unknown_tool"))
 		switch {
 		case len(v.tools) == 0 && v.info.State != device.StateReady:
-			return errorResult("Board %s is still starting up and has no tools yet. Try again in a few seconds.", boardLabel(v))
+			return errorResult("Board %s is still starting up and has no tools yet. Try again in a few seconds.", boardLabel(v)), nil
 		case len(v.tools) == 0:
-			return errorResult("Board %s offers no tools.", boardLabel(v))
+			return errorResult("Board %s offers no tools.", boardLabel(v)), nil
 		}
 		return errorResult("Board %s has no tool %q. Its tools are: %s. Call describe_device for their arguments.",
-			boardLabel(v), tool, strings.Join(names, ", "))
+			boardLabel(v), tool, strings.Join(names, ", ")), nil
 	}
 	return s.guardedCall(ctx, req, e, args["arguments"])
 }

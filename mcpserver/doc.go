@@ -28,8 +28,8 @@
 //     (bodylimit.go), bindLifetime (lifetime.go), stripCaller (caller.go),
 //     markTask (task.go), then route (route.go) by protocol era: modern
 //     requests get their caller identity (setCaller) and the stateless
-//     go-sdk handler; legacy
-//     ones pass session admission (sessions.go: caps, idle timeout) and
+//     go-sdk handler; legacy ones get the SSE retry field on their streams
+//     (sseretry.go), pass session admission (sessions.go: caps, idle timeout) and
 //     cancellation tracking (tracker.go: the result of a call the client
 //     cancelled is withheld) to the stateful, resumable handler;
 //   - long calls as MCP tasks in both eras (tasks.go, tasks_wire.go,

@@ -521,3 +521,60 @@ func TestFlowCompactMode(t *testing.T) {
 	assert.Contains(t, text(res), "needs the user's confirmation")
 	assert.Zero(t, robot.Stats().Reboots)
 }
+
+// TestMRTRStateChecks: a requestState that fails its checks on a retry —
+// altered, or issued by another bridge (another key: without a flow
+// secret, also the same bridge before a restart) — is a JSON-RPC error
+// (invalid params) that says why, and nothing runs; one that is authentic
+// but expired (flow.timeout) brings the form again, saying so.
+func TestMRTRStateChecks(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) { c.Flow.Timeout = time.Second })
+	robot := b.Board(macC, "robot", simulator.Config{})
+	other := startBridge(t, nil)
+	other.Board(macC, "robot", simulator.Config{})
+	tool := upstreamName(macC, "self.audio_speaker.set_volume")
+	manual := &mcp.ClientOptions{ElicitationHandler: (&elicitor{}).handle, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}}
+	cs, onOther := b.Client(modern, manual), other.Client(modern, manual)
+	call := func(cs *mcp.ClientSession, state string, volume any) (*mcp.CallToolResult, error) {
+		ctx, cancel := withTimeout(20 * time.Second)
+		defer cancel()
+		p := &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}, RequestState: state}
+		if state != "" {
+			p.InputResponses = mcp.InputResponseMap{"flow": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"volume": volume}}}
+		}
+		return cs.CallTool(ctx, p)
+	}
+	first, err := call(cs, "", nil)
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput())
+	require.NotEmpty(t, first.RequestState)
+	_, err = call(onOther, "", nil) // the other bridge is up and asking
+	require.NoError(t, err)
+	ran := robot.Stats().CallsRun
+
+	for name, c := range map[string]struct {
+		cs    *mcp.ClientSession
+		state string
+		why   string
+	}{
+		"altered":           {cs, first.RequestState + "-TAMPERED", "requestState rejected"},
+		"another signature": {cs, first.RequestState[:len(first.RequestState)-2] + "AA", "signature does not match"},
+		"another bridge":    {onOther, first.RequestState, "--flow-secret"},
+		"not a state":       {cs, "hello", "not a requestState this bridge issued"},
+	} {
+		_, err := call(c.cs, c.state, 33)
+		rpcErr := requireRPCCode(t, err, jsonrpc.CodeInvalidParams)
+		assert.Contains(t, rpcErr.Message, c.why, name)
+		assert.Contains(t, rpcErr.Message, "without requestState", name)
+	}
+	assert.Equal(t, ran, robot.Stats().CallsRun, "nothing ran")
+
+	// Authentic but expired: asked again. Until it expires, the refused
+	// answer (150) brings the form back with why it was refused.
+	require.Eventually(t, func() bool {
+		res, err := call(cs, first.RequestState, 150)
+		require.NoError(t, err)
+		require.True(t, res.NeedsInput())
+		return strings.Contains(res.InputRequests["flow"].(*mcp.ElicitParams).Message, "after the question expired")
+	}, 10*time.Second, 50*time.Millisecond)
+}

@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
@@ -50,14 +51,16 @@ const (
 )
 
 // guardedCall is tools/call on a board tool: it settles the arguments and
-// the confirmation with the user when it can, then runs the tool.
-func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) *mcp.CallToolResult {
+// the confirmation with the user when it can, then runs the tool. Its
+// error is a JSON-RPC error for the request (an MRTR retry whose
+// requestState is not the bridge's: badState).
+func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *entry, args json.RawMessage) (*mcp.CallToolResult, error) {
 	notesOf(ctx).received(e)
 	if res := s.denied(ctx, e, args); res != nil {
-		return res // before asking the user anything
+		return res, nil // before asking the user anything
 	}
 	if s.flow == nil {
-		return s.run(ctx, req, e, args)
+		return s.run(ctx, req, e, args), nil
 	}
 	args, confirmed := s.splitConfirm(e, args)
 	modern, canAsk := askable(req)
@@ -65,9 +68,9 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		if e.confirm && !confirmed {
 			s.lines().unconfirmed.Info(s.log, "tool call refused: needs confirmation", zap.String("device_id", e.deviceID), zap.String("tool", e.tool.Name))
 			notesOf(ctx).refused(e, "it needs the user's confirmation, and this client cannot ask the user")
-			return confirmRequired(e, args)
+			return confirmRequired(e, args), nil
 		}
-		return s.run(ctx, req, e, args)
+		return s.run(ctx, req, e, args), nil
 	}
 	ft := s.flowTool(e)
 	plan, err := ft.Plan(args, false)
@@ -76,14 +79,14 @@ func (s *Server) guardedCall(ctx context.Context, req *mcp.CallToolRequest, e *e
 		// The Hub explains it in its usual words and refuses it before the
 		// board; a confirm tool is not risked on a second opinion.
 		if e.confirm {
-			return errorResult("%s", flowMessage(err))
+			return errorResult("%s", flowMessage(err)), nil
 		}
-		return s.run(ctx, req, e, args)
+		return s.run(ctx, req, e, args), nil
 	}
 	if modern {
 		return s.mrtrRound(ctx, req, e, ft, args, plan)
 	}
-	return s.elicitRounds(ctx, req, e, ft, plan)
+	return s.elicitRounds(ctx, req, e, ft, plan), nil
 }
 
 // askable reports whether the caller declared form elicitation, and in
@@ -287,39 +290,47 @@ func (s *Server) cannotAsk(ctx context.Context, req *mcp.CallToolRequest, e *ent
 // mrtrRound is one round of the modern path. The first call plans from the
 // arguments; a retry carries the requestState of the previous round and
 // the user's answer. Each round either runs the tool, reports the user's
-// no, or returns the next form with a new state.
-func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *entry, ft *flow.Tool, args json.RawMessage, plan *flow.Plan) *mcp.CallToolResult {
+// no, or returns the next form with a new state. A retry whose state the
+// bridge did not issue for this caller, tool and arguments is a JSON-RPC
+// error (badState); one whose state has only expired is asked again.
+func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *entry, ft *flow.Tool, args json.RawMessage, plan *flow.Plan) (*mcp.CallToolResult, error) {
 	caller := callerOf(req.Session, req.Extra)
 	argsSum := argsDigest(args)
 	round := 0
 	call := "" // the MRTR call's id, the same in all its rounds
 	if token := req.Params.RequestState; token != "" {
-		st, why := s.openState(token, caller, e.name, argsSum)
-		if st == nil {
-			// Forged, expired, another caller's or another call's: ignore it
-			// and the answers that came with it, and start over from the
-			// arguments (nothing runs without a fresh answer).
-			s.lines().badState.Info(s.log, "requestState refused; asking again", zap.String("tool", e.tool.Name), zap.String("why", why))
+		st, why, expired := s.openState(token, caller, e.name, argsSum)
+		switch {
+		case st == nil && !expired:
+			// Forged, tampered, another caller's, another call's, or signed
+			// under another key (another flow secret, or none and a restart):
+			// nothing in it can be trusted, and asking again would hide a
+			// client's or a deployment's fault. Nothing runs.
+			s.lines().badState.Info(s.log, "requestState refused", zap.String("tool", e.tool.Name), zap.String("why", why))
+			return nil, badState(e, why)
+		case st == nil:
+			// Authentic but too old: ignore it and the answers that came
+			// with it, and ask afresh (nothing runs on a stale answer).
+			s.lines().badState.Info(s.log, "requestState expired; asking again", zap.String("tool", e.tool.Name))
 			if plan != nil && !plan.Ready() {
-				plan = withError(plan, "the previous answer was not used: its requestState is not valid here ("+why+
-					"; behind a load balancer, every bridge needs the same flow secret, --flow-secret). Answer again")
+				plan = withError(plan, fmt.Sprintf("the previous answer was not used: it came after the question expired (flow.timeout, %s). Answer again", s.flowTimeout))
 			}
-		} else {
+		default:
 			plan, round, call = st.Plan, st.Round, st.Call
 			if call == "" {
 				call = spentKey(token)
 			}
 			if refused := s.checkCall(ctx, e, call); refused != nil {
-				return refused
+				return refused, nil
 			}
 			switch r := req.Params.InputResponses[inputKey].(type) {
 			case *mcp.ElicitResult:
 				if r.Action != "accept" {
-					return declined(e, r.Action)
+					return declined(e, r.Action), nil
 				}
 				next, err := ft.Answer(plan, answers(r.Content))
 				if err != nil {
-					return errorResult("%s", flowMessage(err))
+					return errorResult("%s", flowMessage(err)), nil
 				}
 				plan = next
 			default:
@@ -329,7 +340,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	}
 	if call != "" && !plan.Declined && (plan.Ready() || s.confirmsInTask(ctx, e, plan)) {
 		if refused := s.spendCall(ctx, e, call); refused != nil {
-			return refused
+			return refused, nil
 		}
 	}
 	if call == "" {
@@ -337,7 +348,7 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 	}
 	done, params := s.nextStep(ctx, req, e, plan, round)
 	if done != nil {
-		return done
+		return done, nil
 	}
 	s.log.Debug("asking the user (input_required)", zap.String("tool", e.tool.Name), zap.Int("round", round+1))
 	notesOf(ctx).asking(e, round+1)
@@ -345,7 +356,18 @@ func (s *Server) mrtrRound(ctx context.Context, req *mcp.CallToolRequest, e *ent
 		InputRequests: mcp.InputRequestMap{inputKey: params},
 		RequestState: s.sealState(&callState{Tool: e.name, Args: argsSum, Round: round + 1, Plan: plan,
 			Exp: time.Now().Add(s.flowTimeout).UnixMilli(), Call: call}, caller),
-	}
+	}, nil
+}
+
+// badState is the JSON-RPC error (invalid params) for an MRTR retry whose
+// requestState fails its checks; why says which (never the token).
+func badState(e *entry, why string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
+		"requestState rejected: %s. Nothing was sent to board %s and the answers that came with it were not used. "+
+			"Send a requestState back exactly as the bridge returned it, from the same client, with the same tool and arguments. "+
+			"Bridges behind one load balancer need the same flow secret (--flow-secret); without one, a bridge that restarts "+
+			"(an upgrade) no longer accepts the requestStates it gave before. To start over, call %s again without requestState and inputResponses.",
+		why, e.label(), e.name)}
 }
 
 // Replay protection of MRTR calls. Every round of one call carries the
@@ -433,29 +455,30 @@ func (s *Server) sealState(st *callState, caller string) string {
 	return tok
 }
 
-// openState checks a requestState; it returns nil and the reason (for
-// logs, never the token) when it cannot be used.
-func (s *Server) openState(token, caller, tool, argsSum string) (*callState, string) {
-	var st callState
-	switch err := sealed.Open(s.stateKey, stateVersion, caller, token, int(s.opts.MaxBodyBytes), &st); {
+// openState checks a requestState. When it cannot be used it returns nil
+// and the reason (for the caller and the logs; never the token), and
+// whether the state is authentic and merely expired.
+func (s *Server) openState(token, caller, tool, argsSum string) (st *callState, why string, expired bool) {
+	st = &callState{}
+	switch err := sealed.Open(s.stateKey, stateVersion, caller, token, int(s.opts.MaxBodyBytes), st); {
 	case errors.Is(err, sealed.ErrTooLong):
-		return nil, "too long"
+		return nil, "it is longer than any the bridge issues", false
 	case errors.Is(err, sealed.ErrSignature):
-		return nil, "bad signature (tampered, another caller's, or another secret)"
+		return nil, "its signature does not match (it was altered, issued to another client, or signed by a bridge with another flow secret)", false
 	case err != nil: // another version, or not shaped like a token
-		return nil, "not a requestState of this bridge"
+		return nil, "it is not a requestState this bridge issued", false
 	case st.Plan == nil:
-		return nil, "undecodable"
+		return nil, "it holds no question", false
 	}
 	switch {
 	case st.Tool != tool:
-		return nil, "issued for another tool"
+		return nil, "it was issued for another tool", false
 	case st.Args != argsSum:
-		return nil, "issued for other arguments"
+		return nil, "it was issued for other arguments", false
 	case time.Now().UnixMilli() > st.Exp:
-		return nil, "expired"
+		return nil, "it expired", true
 	}
-	return &st, ""
+	return st, "", false
 }
 
 // argsDigest identifies a call's arguments whatever their key order or

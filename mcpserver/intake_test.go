@@ -213,3 +213,42 @@ func TestBoardTextIsQuotedAsTheBoards(t *testing.T) {
 	assert.Contains(t, lamp, "Turns the lamp on. (Needs the user's confirmation")
 	assert.Contains(t, strings.SplitN(reboot, quote, 2)[0], "[Needs the user's confirmation", "the bridge's note for a tool it confirms")
 }
+
+// TestValuesShownAsText: a board (Python's json.dumps, say) may escape
+// every non-ASCII character of its schema, and a host its arguments; the
+// refusals and the questions the bridge sends back show them as the
+// characters they are ("北京", not "\u5317\u4eac"), in both eras.
+func TestValuesShownAsText(t *testing.T) {
+	b := startBridge(t, nil)
+	weather := `{"name":"self.weather.get","description":"Weather for a city.","inputSchema":{"type":"object","properties":{` +
+		`"city":{"type":"string","default":"\u5317\u4eac"},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["days"]}}`
+	b.Board(macA, "breadboard", simulator.Config{Hostile: &simulator.Hostile{ExtraTools: []string{weather}}})
+	tool := upstreamName(macA, "self.weather.get")
+
+	sid := rawSession(b, legacy)
+	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy}
+	for args, want := range map[string]string{
+		`{"days":2,"city":5}`:        `would silently use the default "北京" instead`,
+		`{"days":"\u4e09"}`:          `but got the string "三"`,
+		`{"days":9,"city":"\u4e0a"}`: `above the maximum of 7`,
+	} {
+		msg := rawMessage(t, do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"`+tool+`","arguments":`+args+`}}`, hdr)))
+		res := result(t, msg)
+		require.Equal(t, true, res["isError"], args)
+		text := res["content"].([]any)[0].(map[string]any)["text"].(string)
+		assert.Contains(t, text, want, args)
+		assert.NotContains(t, text, `\u`, args)
+	}
+
+	// The question of a stateless client that can answer one.
+	msg := rawMessage(t, do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"`+tool+
+		`","arguments":{"days":"\u4e09","city":"\u4e0a\u6d77"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",`+
+		`"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}`,
+		map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/call", "Mcp-Name": tool})))
+	res := result(t, msg)
+	require.Equal(t, "input_required", res["resultType"])
+	form := res["inputRequests"].(map[string]any)["flow"].(map[string]any)["params"].(map[string]any)
+	question := form["message"].(string)
+	assert.Contains(t, question, `"三"`)
+	assert.NotContains(t, question, `\u`)
+}

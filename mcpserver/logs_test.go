@@ -120,20 +120,19 @@ func TestCallerRefusalsAreThrottled(t *testing.T) {
 			ElicitationHandler: (&elicitor{}).handle,
 			MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
 		})
-		call := func(p *mcp.CallToolParams) *mcp.CallToolResult {
+		call := func(p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 			ctx, cancel := withTimeout(20 * time.Second)
 			defer cancel()
-			res, err := cs.CallTool(ctx, p)
-			require.NoError(t, err)
-			return res
+			return cs.CallTool(ctx, p)
 		}
-		first := call(&mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+		first, err := call(&mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+		require.NoError(t, err)
 		require.NotEmpty(t, first.RequestState)
 		forged := first.RequestState[:len(first.RequestState)-2] + "AA"
-		floodIsOneLine(t, b, "bad_state", n, message("requestState refused; asking again"), func() {
-			res := call(&mcp.CallToolParams{Name: tool, Arguments: map[string]any{}, RequestState: forged,
+		floodIsOneLine(t, b, "bad_state", n, message("requestState refused"), func() {
+			_, err := call(&mcp.CallToolParams{Name: tool, Arguments: map[string]any{}, RequestState: forged,
 				InputResponses: mcp.InputResponseMap{"flow": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"volume": 7}}}})
-			require.True(t, res.NeedsInput())
+			require.ErrorContains(t, err, "requestState rejected")
 		})
 	})
 }

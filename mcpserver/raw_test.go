@@ -17,7 +17,7 @@ import (
 // exact events on a stream.
 
 type sseEvent struct {
-	ID, Name, Data string
+	ID, Name, Data, Retry string
 }
 
 // readSSE sends the events of an SSE body to the channel, closing it at the
@@ -46,6 +46,8 @@ func readSSE(body io.Reader, out chan<- sseEvent) {
 			ev.Name, seen = value, true
 		case "data":
 			ev.Data, seen = value, true
+		case "retry":
+			ev.Retry, seen = value, true
 		}
 	}
 }

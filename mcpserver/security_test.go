@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -145,18 +146,20 @@ func TestRequestSizeLimit(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, status)
 }
 
+// TestRateLimit: outside a session requests are counted per client
+// address, inside one per session; a refusal is 429 with Retry-After and a
+// JSON-RPC error for the request's id that names mcp.rate_limit.
 func TestRateLimit(t *testing.T) {
 	b := startBridge(t, func(c *app.Config) {
 		c.MCP.RateLimit = 0.5 // one token every two seconds: nothing refills during the test
 		c.MCP.RateBurst = 3
 	})
-	// Outside a session requests are counted per client address.
 	var codes []int
 	for range 5 {
-		status, hdr, _ := rawStatus(b, "POST", initBody, nil)
+		status, hdr, body := rawStatus(b, "POST", initBody, nil)
 		codes = append(codes, status)
 		if status == http.StatusTooManyRequests {
-			assert.NotEmpty(t, hdr.Get("Retry-After"))
+			refusal(t, hdr.Get("Retry-After"), body, "mcp.rate_limit")
 		}
 	}
 	assert.Equal(t, []int{200, 200, 200, 429, 429}, codes)
@@ -181,6 +184,62 @@ func TestRateLimit(t *testing.T) {
 		map[string]string{"Mcp-Session-Id": sid2, "MCP-Protocol-Version": legacy})
 	assert.Equal(t, http.StatusOK, status, "another session has its own budget")
 }
+
+// modernList is a stateless (2026-07-28) tools/list with id 1.
+const modernList = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{` +
+	`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+
+// TestRateLimitStateless: a stateless client has no session; behind
+// tokens its budget is its verified identity's, so two callers on one
+// address (a NAT, one machine) do not share one, and one caller does not
+// get more by changing address or token.
+func TestRateLimitStateless(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.Tokens = []string{"kitchen=k-one", "kitchen=k-two", "hall=h-one"}
+		c.MCP.RateLimit = 0.01 // nothing refills during the test
+		c.MCP.RateBurst = 3
+	})
+	as := func(token string) map[string]string {
+		return map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list", "Authorization": "Bearer " + token}
+	}
+	var codes []int
+	for _, token := range []string{"k-one", "k-two", "k-one", "k-two"} {
+		status, hdr, body := rawStatus(b, "POST", modernList, as(token))
+		codes = append(codes, status)
+		if status == http.StatusTooManyRequests {
+			refusal(t, hdr.Get("Retry-After"), body, "mcp.rate_limit")
+		}
+	}
+	assert.Equal(t, []int{200, 200, 200, 429}, codes, "one identity, one budget, whichever of its tokens")
+	status, _, body := rawStatus(b, "POST", modernList, as("h-one"))
+	assert.Equal(t, http.StatusOK, status, "another identity on the same address has its own budget: %s", body)
+}
+
+// TestRateLimitDefaults: at the default mcp.rate_limit a stateless
+// client may send as many requests at once as a whole run of the official
+// conformance suite sends from its one address (suiteRequests) without a
+// refusal, and so may a session. The bucket starts full and its burst
+// covers the whole run, so this holds whatever the timing.
+func TestRateLimitDefaults(t *testing.T) {
+	b := startBridge(t, nil)
+	require.GreaterOrEqual(t, mcpserver.DefaultRateBurst, 3*suiteRequests, "the default burst leaves room over the suite's")
+	hdr := map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list"}
+	for i := range suiteRequests {
+		status, _, body := rawStatus(b, "POST", modernList, hdr)
+		require.Equal(t, http.StatusOK, status, "stateless request %d: %s", i+1, body)
+	}
+	sid := rawSession(b, legacy)
+	hdr = map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": legacy}
+	for i := range suiteRequests {
+		status, _, body := rawStatus(b, "POST", `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, hdr)
+		require.Equal(t, http.StatusOK, status, "session request %d: %s", i+1, body)
+	}
+}
+
+// suiteRequests rounds up what one run of the conformance suite sends
+// outside a session, all from one address (measured against this bridge:
+// 124 for 0.2.0-alpha.12 --suite all, 31 for 0.1.16; docs/mcp.md).
+const suiteRequests = 128
 
 func TestSessionIDs(t *testing.T) {
 	b := startBridge(t, nil)

@@ -20,16 +20,25 @@ import (
 	"github.com/devicebridge/devicebridge/flow"
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
+	"github.com/devicebridge/devicebridge/internal/mcpera"
 	"github.com/devicebridge/devicebridge/internal/randid"
 	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 )
 
 // Defaults for Options fields left at zero.
 const (
-	DefaultPageSize         = 100
-	DefaultMaxBodyBytes     = 4 << 20
-	DefaultRateLimit        = 20 // requests per second per session
-	DefaultRateBurst        = 40
+	DefaultPageSize     = 100
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultRateLimit and DefaultRateBurst are mcp.rate_limit and
+	// mcp.rate_burst: requests per second per session, verified identity
+	// or address (mcphttp's rateLimit), and the burst allowed on top. No
+	// well-behaved client comes near them: a host calls tools at the pace
+	// of its model (a few a second at most), and the burst covers a whole
+	// run of the official conformance suite from one address (about 125
+	// requests within seconds, docs/mcp.md) several times over. They stop
+	// a runaway or hostile client, not a busy one.
+	DefaultRateLimit        = 50
+	DefaultRateBurst        = 500
 	DefaultSessionTimeout   = 10 * time.Minute // see Options.SessionTimeout
 	DefaultProgressInterval = 10 * time.Second
 	DefaultEventStoreBytes  = 10 << 20
@@ -79,9 +88,10 @@ type Options struct {
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RateLimit is the sustained number of requests per second allowed per
-	// session (per client address for requests outside a session), with
-	// bursts up to RateBurst; beyond it requests get 429. Negative
-	// disables rate limiting.
+	// legacy session, and outside a session (stateless 2026-07-28 clients,
+	// initialize) per verified identity, else per client address; bursts
+	// go up to RateBurst. Beyond it a request gets 429 with Retry-After
+	// and a JSON-RPC error. Negative disables rate limiting.
 	RateLimit float64 `yaml:"rate_limit"`
 	RateBurst int     `yaml:"rate_burst"`
 	// SessionTimeout closes a legacy session idle for this long: no
@@ -187,13 +197,13 @@ type Server struct {
 	stateKey    []byte // signs requestStates
 	spent       flow.SpentStore
 
-	syncMu     sync.Mutex // serialises sync; guards remembered
+	syncMu sync.Mutex // serialises sync; guards remembered
 	// applyMu is held for writing while sync removes and adds the go-sdk
 	// server's tools, and for reading while tools/list is answered, so that
 	// a host never lists half a change (a board with some of its tools).
 	// go-sdk announces list_changed 10 ms after the last change, which a
 	// loaded machine can take between two of one board's tools.
-	applyMu sync.RWMutex
+	applyMu    sync.RWMutex
 	remembered map[string][]device.Tool
 	// names remembers which alias each board holds (names.go); its mutex
 	// is a leaf.
@@ -317,6 +327,10 @@ func New(hub *device.Hub, opts Options) (*Server, error) {
 	s.addResources()
 	s.addPrompts()
 	hub.OnResult(s.noteResult)
+	// Each protocol era sees only its own result shapes. Keep this the
+	// last middleware added (the outermost): it wraps the results it
+	// changes, which the middleware above must see as they are.
+	s.mcp.AddReceivingMiddleware(mcpera.Middleware)
 	s.http = mcphttp.New(s.mcp, mcphttp.Options{
 		MaxBodyBytes:         opts.MaxBodyBytes,
 		RateLimit:            opts.RateLimit,
@@ -606,7 +620,7 @@ func (s *Server) withdrawnToolMiddleware(next mcp.MethodHandler) mcp.MethodHandl
 // toolHandler runs a published board tool.
 func (s *Server) toolHandler(e *entry) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return s.guardedCall(ctx, req, e, req.Params.Arguments), nil
+		return s.guardedCall(ctx, req, e, req.Params.Arguments)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/devicebridge/devicebridge/app"
+	"github.com/devicebridge/devicebridge/mcpserver/mcphttp"
 	"github.com/devicebridge/devicebridge/simulator"
 )
 
@@ -237,4 +239,63 @@ func TestIPv6NetworkIsOneClient(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	assert.NotEmpty(t, sid)
 	assert.Equal(t, 3, b.App.MCP().SessionStats().Live)
+}
+
+// TestSSERetry: from 2025-11-25 (SEP-1699: priming events, streams the
+// server may close) every legacy SSE stream announces a reconnection
+// delay in its first event: a POST's response stream, the GET stream and a
+// resumed one. Older sessions and the stateless era, which have no
+// resumable streams to come back to, get none.
+func TestSSERetry(t *testing.T) {
+	b := startBridge(t, nil)
+	want := strconv.FormatInt(mcphttp.SSERetry.Milliseconds(), 10)
+	// firstEvent reads a stream's first event; to its end when whole
+	// (a stream that ends), else closing it after that event (the GET
+	// stream, which would not end by itself).
+	firstEvent := func(resp *http.Response, whole bool) sseEvent {
+		t.Helper()
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"))
+		events := make(chan sseEvent, 16)
+		go readSSE(resp.Body, events)
+		ev, ok := <-events
+		require.True(t, ok, "an event")
+		if !whole {
+			resp.Body.Close()
+		}
+		for range events {
+		}
+		return ev
+	}
+
+	sid := rawSession(b, "2025-11-25")
+	hdr := map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+	// The POST stream is read to its end: resuming it while it is still
+	// being written would be a conflict (409).
+	prime := firstEvent(do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, hdr)), true)
+	assert.Equal(t, want, prime.Retry, "the POST stream's priming event")
+	assert.Equal(t, "prime", prime.Name)
+	require.NotEmpty(t, prime.ID)
+
+	get := rawRequest(b, "GET", "", hdr)
+	get.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := withTimeout(10 * time.Second)
+	defer cancel()
+	assert.Equal(t, want, firstEvent(do(b, get.WithContext(ctx)), false).Retry, "the GET stream")
+
+	resume := rawRequest(b, "GET", "", hdr)
+	resume.Header.Set("Accept", "text/event-stream")
+	resume.Header.Set("Last-Event-ID", prime.ID)
+	ev := firstEvent(do(b, resume.WithContext(ctx)), true)
+	assert.Equal(t, want, ev.Retry, "a resumed stream")
+	assert.Contains(t, ev.Data, `"id":2`, "replays what followed the priming event")
+
+	old := rawSession(b, "2025-06-18")
+	ev = firstEvent(do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`,
+		map[string]string{"Mcp-Session-Id": old, "MCP-Protocol-Version": "2025-06-18"})), true)
+	assert.Empty(t, ev.Retry, "2025-06-18: no priming, no retry")
+
+	ev = firstEvent(do(b, rawRequest(b, "POST", modernList, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list"})), true)
+	assert.Empty(t, ev.Retry, "the stateless era resumes nothing")
 }

@@ -162,25 +162,22 @@ func roundTrip(t *testing.T, b *bridge, v *placeholders, section string) string 
 var shownHeaders = []string{"Content-Type", "Mcp-Session-Id", "WWW-Authenticate", "Retry-After", "Allow"}
 
 // renderResponse writes an answer as a transcript shows it: the status,
-// the headers that matter, a blank line, then each JSON-RPC message
-// indented (the data of each SSE event, or the JSON body), or the body as
-// text when it is not JSON.
+// the headers that matter, for an SSE answer the retry field it announces
+// (milliseconds), a blank line, then each JSON-RPC message indented (the
+// data of each SSE event, or the JSON body), or the body as text when it
+// is not JSON.
 // The answers to a batch may come in any order (JSON-RPC 2.0, section
 // 6), so they are shown by id.
 func renderResponse(resp *http.Response, body []byte, batch bool) string {
-	var out strings.Builder
-	fmt.Fprintf(&out, "%d %s\n", resp.StatusCode, http.StatusText(resp.StatusCode))
-	for _, h := range shownHeaders {
-		if val := resp.Header.Get(h); val != "" {
-			fmt.Fprintf(&out, "%s: %s\n", h, val)
-		}
-	}
-	out.WriteString("\n")
 	var messages []string
+	retry := ""
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		events := make(chan sseEvent, 16)
 		go readSSE(bytes.NewReader(body), events)
 		for ev := range events {
+			if ev.Retry != "" && retry == "" {
+				retry = ev.Retry
+			}
 			if ev.Data != "" {
 				messages = append(messages, ev.Data)
 			}
@@ -188,6 +185,17 @@ func renderResponse(resp *http.Response, body []byte, batch bool) string {
 	} else if len(bytes.TrimSpace(body)) > 0 {
 		messages = append(messages, string(body))
 	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "%d %s\n", resp.StatusCode, http.StatusText(resp.StatusCode))
+	for _, h := range shownHeaders {
+		if val := resp.Header.Get(h); val != "" {
+			fmt.Fprintf(&out, "%s: %s\n", h, val)
+		}
+	}
+	if retry != "" {
+		fmt.Fprintf(&out, "retry: %s\n", retry)
+	}
+	out.WriteString("\n")
 	if batch {
 		slices.SortStableFunc(messages, func(a, b string) int { return strings.Compare(messageID(a), messageID(b)) })
 	}

@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
+	"github.com/devicebridge/devicebridge/internal/mcpera"
 )
 
 // Options configure a Proxy.
@@ -139,6 +140,8 @@ func New(opts Options) (*Proxy, error) {
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	p.server.AddReceivingMiddleware(p.holdUntilListed)
+	// The host sees only its protocol era's result shapes (outermost).
+	p.server.AddReceivingMiddleware(mcpera.Middleware)
 	return p, nil
 }
 

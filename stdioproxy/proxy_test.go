@@ -417,3 +417,29 @@ func TestStdioProxyContent(t *testing.T) {
 		})
 	}
 }
+
+// TestStdioProxyLegacyShapes: a stdio host speaks a session-based
+// protocol version, so its tools/list answer has none of the 2026-07-28
+// fields go-sdk would add (ttlMs, cacheScope).
+func TestStdioProxyLegacyShapes(t *testing.T) {
+	b := startBridge(t, nil)
+	p, err := stdioproxy.New(stdioproxy.Options{URL: b.URL, HTTPClient: b.HTTP, RetryInterval: 50 * time.Millisecond, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+`
+	var out bridgetest.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(context.Background(), &mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(in)), Writer: nopWriteCloser{&out}})
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end after the host closed its input")
+	}
+	assert.Contains(t, out.String(), `"id":2,"result":{"tools":[]}`)
+	assert.NotContains(t, out.String(), "ttlMs")
+}

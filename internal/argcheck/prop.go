@@ -95,7 +95,7 @@ func newProp(name string, s *jsonschema.Schema) *Prop {
 	}
 	for _, e := range s.Enum {
 		if b, err := json.Marshal(e); err == nil {
-			p.Enum = append(p.Enum, b)
+			p.Enum = append(p.Enum, Compact(b)) // Marshal writes & < > as \u0026…
 		}
 	}
 	p.Labels = enumLabels(s, p.Enum)
@@ -607,21 +607,117 @@ func DescribeValue(raw json.RawMessage) string {
 	return "the number " + c
 }
 
+// cut shortens a value quoted in a message to about 60 bytes, at a
+// character boundary.
 func cut(s string) string {
-	if len(s) > 60 {
-		return s[:57] + "..."
+	if len(s) <= 60 {
+		return s
 	}
-	return s
+	i := 57
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
-// Compact returns raw without insignificant white space (raw itself when
-// it is not valid JSON).
+// Compact returns raw without insignificant white space, its strings as
+// readable UTF-8 (raw itself when it is not valid JSON). Boards and hosts
+// may escape every non-ASCII character (Python's json.dumps does:
+// "\u5317\u4eac" for 北京), and the values are quoted back in messages
+// that people and models read; the value is the same JSON either way.
+// Quotes, backslashes, control characters, the line and paragraph
+// separators and the bidirectional controls stay escaped (jsonString).
 func Compact(raw json.RawMessage) json.RawMessage {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		return append(json.RawMessage(nil), raw...)
 	}
-	return b.Bytes()
+	if plainASCII(b.Bytes()) {
+		return b.Bytes() // nothing escaped, nothing to escape
+	}
+	return readableStrings(b.Bytes())
+}
+
+// plainASCII reports whether compact JSON is printable ASCII without
+// escapes, which readableStrings would leave as it is.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// readableStrings rewrites the string literals of valid, compact JSON with
+// jsonString, leaving everything between them as it is.
+func readableStrings(js []byte) json.RawMessage {
+	out := make([]byte, 0, len(js))
+	for i := 0; i < len(js); {
+		if js[i] != '"' {
+			out = append(out, js[i])
+			i++
+			continue
+		}
+		end := i + 1
+		for end < len(js) && js[end] != '"' {
+			if js[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(js) {
+			return append(json.RawMessage(nil), js...) // cannot happen in valid JSON
+		}
+		var s string
+		if json.Unmarshal(js[i:end+1], &s) != nil {
+			return append(json.RawMessage(nil), js...)
+		}
+		out = appendJSONString(out, s)
+		i = end + 1
+	}
+	return out
+}
+
+// appendJSONString appends s as a JSON string literal that shows its text:
+// UTF-8 as it is, with only what could mislead or break a message escaped.
+func appendJSONString(out []byte, s string) []byte {
+	out = append(out, '"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			out = append(out, '\\', '"')
+		case r == '\\':
+			out = append(out, '\\', '\\')
+		case r == '\n':
+			out = append(out, '\\', 'n')
+		case r == '\r':
+			out = append(out, '\\', 'r')
+		case r == '\t':
+			out = append(out, '\\', 't')
+		case escapedRune(r): // all within the Basic Multilingual Plane
+			out = fmt.Appendf(out, "\\u%04x", r)
+		default:
+			out = utf8.AppendRune(out, r)
+		}
+	}
+	return append(out, '"')
+}
+
+// escapedRune reports whether a character stays escaped in a shown value:
+// control characters (C0, DEL, C1), the line and paragraph separators, the
+// bidirectional controls (which can make text read other than it is) and
+// the byte-order mark.
+func escapedRune(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == 0x2028, r == 0x2029, r == 0xfeff:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }
 
 // safeValidate runs jsonschema-go's validation (nil r accepts anything),

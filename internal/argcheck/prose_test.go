@@ -2,7 +2,9 @@ package argcheck
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,4 +64,52 @@ func TestURLArguments(t *testing.T) {
 	assert.Equal(t, `Send a URL for "url", for example "http://example.com/file".`, pr.Suggestion)
 	short := mustSchema(t, `{"type":"object","properties":{"url":{"type":"string","maxLength":5}},"required":["url"]}`).Prop("url")
 	assert.Equal(t, `"..."`, short.Example(), "an example must fit the bounds")
+}
+
+// TestValuesShownAsText: values quoted in messages show their characters
+// as UTF-8, however the board or the caller escaped them (Python's
+// json.dumps sends "\u5317\u4eac" for 北京), while quotes, backslashes,
+// control characters and bidirectional controls stay escaped.
+func TestValuesShownAsText(t *testing.T) {
+	s := mustSchema(t, `{"type":"object","properties":{
+		"city":{"type":"string","default":"\u5317\u4eac","enum":["\u5317\u4eac","\u4e0a\u6d77","a&b"]},
+		"days":{"type":"integer","minimum":1,"maximum":7}},"required":["days"]}`)
+	city := s.Prop("city")
+	assert.Equal(t, `"北京"`, string(city.Default))
+	assert.Equal(t, []string{`"北京"`, `"上海"`, `"a&b"`}, []string{string(city.Enum[0]), string(city.Enum[1]), string(city.Enum[2])})
+	assert.Contains(t, s.ArgList(), `default "北京"`)
+	_, v := s.Validate(json.RawMessage(`{"days":2,"city":"\u6df1\u5733"}`))
+	require.NotNil(t, v)
+	msg := v.Problems[0].Msg + " " + v.Problems[0].Suggestion
+	assert.Contains(t, msg, `the string "深圳"`)
+	assert.Contains(t, msg, `"北京"`)
+	assert.NotContains(t, msg, `\u`)
+
+	for in, want := range map[string]string{
+		`"\u5317\u4eac"`:            `"北京"`,
+		`{"k" : "\u00e9t\u00e9"}`:   `{"k":"été"}`,
+		`"\ud83d\ude00"`:            `"😀"`,
+		`"say \"hi\"\\\n\t"`:        `"say \"hi\"\\\n\t"`,
+		`"\u0007bell\u001b[0m"`:     `"\u0007bell\u001b[0m"`,
+		`"\u0085\u2028\u2029"`:      `"\u0085\u2028\u2029"`,
+		`"abc\u202egnp.exe"`:        `"abc\u202egnp.exe"`,
+		`"\ufeffbom"`:               `"\ufeffbom"`,
+		`"a\u003cb\u003e\u0026"`:    `"a<b>&"`,
+		`["\u00e9",1.50,true,null]`: `["é",1.50,true,null]`,
+		`{"\u00e9":{"x":"\u00e9"}}`: `{"é":{"x":"é"}}`,
+		`"plain"`:                   `"plain"`,
+		"\"raw \x7f\"":              `"raw \u007f"`,
+		`not json`:                  `not json`,
+	} {
+		assert.Equal(t, want, string(Compact(json.RawMessage(in))), in)
+	}
+}
+
+// TestCutKeepsCharacters: a long value is cut at a character boundary.
+func TestCutKeepsCharacters(t *testing.T) {
+	long := strings.Repeat("北", 30) // 90 bytes
+	got := cut(long)
+	assert.True(t, utf8.ValidString(got), got)
+	assert.True(t, strings.HasSuffix(got, "..."))
+	assert.LessOrEqual(t, len(got), 60)
 }

@@ -16,6 +16,8 @@ type bodyInfo struct {
 	// task is set when the body is one tools/call whose params ask for a
 	// task (2025-11-25): its ttl in milliseconds, "0" when none was given.
 	task string
+	// initVersion is the protocolVersion an initialize asks for.
+	initVersion string
 }
 
 type rpcMessage struct {
@@ -61,6 +63,13 @@ func classify(body []byte) bodyInfo {
 			}
 		case "server/discover":
 			info.discover = true
+		case "initialize":
+			var p struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil && len(p.ProtocolVersion) <= len("2006-01-02") {
+				info.initVersion = p.ProtocolVersion
+			}
 		}
 		if bytes.Contains(m.Params, []byte(metaVersion)) {
 			var p struct {

@@ -6,7 +6,8 @@
 // A request goes through these steps, in this order, each in its own file:
 //
 //  1. rateLimit (ratelimit.go): mcp.rate_limit per known legacy session,
-//     else per client; 429 with Retry-After.
+//     else per verified identity, else per client address; 429 with
+//     Retry-After and a JSON-RPC error for the request's id.
 //  2. bodyLimit (bodylimit.go): reads a POST body up to
 //     mcp.max_body_bytes (413, with a JSON-RPC error when the id is
 //     readable), re-buffers it, and puts what classify (classify.go) makes
@@ -19,7 +20,8 @@
 //  6. route (route.go): the protocol era picks the handler.
 //     - modern: setCaller (caller.go) sets the caller identity of
 //     interactions, then the stateless go-sdk handler.
-//     - legacy: admitSession (sessions.go: session caps, the idle
+//     - legacy: sseRetry (sseretry.go: the SSE retry field, from
+//     2025-11-25), admitSession (sessions.go: session caps, the idle
 //     clock), trackCalls (tracker.go: withholding the result of a call
 //     the client cancelled), then the stateful go-sdk handler, whose event
 //     store (store.go) does the same for replays and forgets a closed

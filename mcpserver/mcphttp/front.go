@@ -110,7 +110,7 @@ func New(srv *mcp.Server, opts Options) *Front {
 		markTask(opts.TaskHeader),      // task.go
 	)(route( // route.go
 		setCaller(opts.CallerHeader, opts.Caller)(stateless), // modern
-		f.admitSession(f.trackCalls(stateful)),               // legacy: sessions.go, tracker.go
+		sseRetry(f.admitSession(f.trackCalls(stateful))),     // legacy: sseretry.go, sessions.go, tracker.go
 	))
 	return f
 }

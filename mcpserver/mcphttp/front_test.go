@@ -57,9 +57,10 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 }
 
 // behindGuard puts h behind the front door's authentication with one
-// static token, "kitchen=k-secret", as the bridge mounts /mcp.
+// static tokens, "kitchen=k-secret" and "hall=h-secret", as the bridge
+// mounts /mcp.
 func behindGuard(h http.Handler) http.Handler {
-	g := &authn.Guard{Verifier: authn.NewVerifier([]string{"kitchen=k-secret"}, nil), Via: "mcp", Log: zap.NewNop()}
+	g := &authn.Guard{Verifier: authn.NewVerifier([]string{"kitchen=k-secret", "hall=h-secret"}, nil), Via: "mcp", Log: zap.NewNop()}
 	return g.Middleware()(h)
 }
 

@@ -15,10 +15,8 @@ package mcphttp
 // keeps this one.
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,8 +307,8 @@ func (f *Front) admitSession(next http.Handler) http.Handler {
 
 // refuseSession answers a request that would open a session past a cap:
 // 503 when the bridge is full, 429 when this client is, both with
-// Retry-After and, when the request's id can be read, a JSON-RPC error
-// whose data names the setting and the seconds to wait.
+// Retry-After and a JSON-RPC error (writeOverLimit) whose data names the
+// setting and the seconds to wait.
 func (f *Front) refuseSession(w http.ResponseWriter, r *http.Request, full string, wait time.Duration, body []byte) {
 	status, setting := http.StatusServiceUnavailable, "mcp.max_sessions"
 	msg := fmt.Sprintf("the bridge holds its maximum of %d MCP sessions (mcp.max_sessions); retry later", f.limits.max)
@@ -321,35 +319,8 @@ func (f *Front) refuseSession(w http.ResponseWriter, r *http.Request, full strin
 	}
 	f.lines.refusals.Warn(f.log, "mcp session refused: "+full, zap.String("remote", r.RemoteAddr),
 		zap.Int("max_sessions", f.limits.max), zap.Int("max_sessions_per_client", f.limits.perClient))
-	secs := int((wait + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	id := leadingID(body)
-	if id == nil {
-		http.Error(w, http.StatusText(status)+": "+msg, status)
-		return
-	}
-	type errorData struct {
-		Setting    string `json:"setting"`
-		RetryAfter int    `json:"retryAfter"`
-	}
-	type rpcError struct {
-		Code    int       `json:"code"`
-		Message string    `json:"message"`
-		Data    errorData `json:"data"`
-	}
-	out, _ := json.Marshal(struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Error   rpcError        `json:"error"`
-	}{"2.0", id, rpcError{codeSessionLimit, msg, errorData{setting, secs}}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(out)
+	writeOverLimit(w, status, leadingID(body), msg, setting, retrySeconds(wait))
 }
-
-// codeSessionLimit is the JSON-RPC error code of a refused session: the
-// generic server error (flow's codes take -32001 to -32007).
-const codeSessionLimit = -32000
 
 // closeIdleSession is sessionLimits.evict: it closes the session, which
 // reports back through trackingStore.SessionClosed.

@@ -70,7 +70,7 @@ func TestAdmitSession(t *testing.T) {
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&refusal))
 	assert.Equal(t, 1, refusal.ID)
-	assert.Equal(t, codeSessionLimit, refusal.Error.Code)
+	assert.Equal(t, codeOverLimit, refusal.Error.Code)
 	assert.Equal(t, "mcp.max_sessions_per_client", refusal.Error.Data.Setting)
 
 	issue = ""
@@ -81,7 +81,18 @@ func TestAdmitSession(t *testing.T) {
 	require.Equal(t, http.StatusOK, initialize("192.0.2.2:1", init1).StatusCode)
 	resp = initialize("192.0.2.3:1", `{"jsonrpc":"2.0","method":"initialize"}`)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the bridge is full")
-	assert.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"), "no id to answer: plain text")
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), "no id to answer: still a JSON-RPC error")
+	var noID struct {
+		ID    json.RawMessage `json:"id"`
+		Error struct {
+			Data struct {
+				Setting string `json:"setting"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&noID))
+	assert.Equal(t, "null", string(noID.ID))
+	assert.Equal(t, "mcp.max_sessions", noID.Error.Data.Setting)
 	st := f.limits.stats()
 	assert.Equal(t, 2, st.Live)
 	assert.EqualValues(t, 1, st.RefusedClient)
