@@ -276,3 +276,57 @@ func TestArgumentsNotLoggedAtInfo(t *testing.T) {
 	}
 	assert.True(t, seen, "the refused call is logged at info")
 }
+
+// TestMethodsWithoutParams: every method the bridge serves answers a
+// request that has no params, or null params, with a JSON-RPC message, in
+// both eras; none takes the bridge down. (tasks/list without params, as
+// the TypeScript SDK v1 sends it, once reached go-sdk's ClientCapabilities
+// with a nil *taskParams, whose promoted isNil dereferences it: a panic
+// that ended the process.)
+func TestMethodsWithoutParams(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) { c.MCP.RateLimit = -1 })
+	methods := []string{
+		"tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
+		"resources/subscribe", "resources/unsubscribe", "prompts/list", "prompts/get", "completion/complete",
+		"logging/setLevel", "ping", "subscriptions/listen",
+		"tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update",
+		"capabilities", "interaction.start", "interaction.respond", "interaction.getState", "interaction.cancel",
+	}
+	sid := rawSession(b, legacy)
+	for _, era := range eras {
+		for _, params := range []string{``, `,"params":null`} {
+			for i, method := range methods {
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q%s}`, i+2, method, params)
+				hdr := map[string]string{"MCP-Protocol-Version": era}
+				if era == legacy {
+					hdr["Mcp-Session-Id"] = sid
+				} else {
+					hdr["Mcp-Method"] = method
+				}
+				resp := do(b, rawRequest(b, "POST", body, hdr))
+				msg := map[string]any{}
+				if resp.StatusCode == http.StatusOK {
+					msg = rawMessage(t, resp)
+				} else {
+					resp.Body.Close()
+				}
+				_, answered := msg["result"]
+				if _, failed := msg["error"]; failed {
+					answered = true
+				}
+				assert.True(t, answered || resp.StatusCode == http.StatusBadRequest,
+					"%s %s%s: status %d, %v", era, method, params, resp.StatusCode, msg)
+			}
+		}
+	}
+	// tasks/list without params is the first page.
+	resp := do(b, rawRequest(b, "POST", `{"jsonrpc":"2.0","id":100,"method":"tasks/list"}`,
+		map[string]string{"MCP-Protocol-Version": legacy, "Mcp-Session-Id": sid}))
+	msg := rawMessage(t, resp)
+	res, _ := msg["result"].(map[string]any)
+	require.NotNil(t, res, "%v", msg)
+	assert.Equal(t, []any{}, res["tasks"])
+	// Still serving.
+	cs := b.Client(legacy, nil)
+	require.NoError(t, cs.Ping(t.Context(), nil))
+}

@@ -325,6 +325,13 @@ func (s *Server) taskMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		case "tools/call":
 			return s.taskCall(ctx, next, method, req)
 		case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel, methodTasksUpdate:
+			// A request without params (tasks/list as the TypeScript SDK v1
+			// sends it) carries a nil *taskParams, whose isNil, promoted from
+			// ParamsBase, dereferences it: go-sdk's ClientCapabilities would
+			// panic on it. Give the handlers empty params instead.
+			if r, ok := req.(*mcp.ServerRequest[*taskParams]); ok && r.Params == nil {
+				r.Params = &taskParams{}
+			}
 			extra := req.GetExtra()
 			tr := &taskRequest{owner: taskOwner(req), modern: isModernRequest(req), declared: declaresTasks(req)}
 			if extra != nil && extra.Header != nil {

@@ -21,7 +21,9 @@
 #
 # The bridge runs as a user would start it, on free loopback ports, with
 # two simulated boards of configs/profiles/conformance.yaml aliased test
-# and json, so that their tools carry the suite's fixture names.
+# and json, so that their tools carry the suite's fixture names, and the
+# profile's slow_task as a task tool for the clients' 2026-07-28 tasks
+# check (the suite calls no tool of that name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -89,7 +91,7 @@ go build -o "$work/bin/bridge" ./cmd/bridge
   --control-listen 127.0.0.1:0 --device-listen 127.0.0.1:0 --mqtt-listen "" --data-dir "" \
   --simulate 2 --simulate-profile conformance \
   --mcp-alias 02:00:00:00:00:01=test --mcp-alias 02:00:00:00:00:02=json \
-  --mcp-rate-limit -1 \
+  --mcp-rate-limit -1 --mcp-task-tool slow_task \
   --log-format json >"$out/bridge.log" 2>&1 &
 bridge_pid=$!
 control=""
@@ -118,7 +120,7 @@ run_suite() { # dir-in-cache version-label suite
 run_suite conformance-0.1 "$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$cache/node_modules/conformance-0.1/package.json" | head -1)" active
 run_suite conformance-0.2 "$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$cache/node_modules/conformance-0.2/package.json" | head -1)" all
 
-echo "== real clients (TypeScript SDK v1, v2 client in both eras)"
+echo "== real clients (TypeScript SDK v1, v2 client in both eras): tools, elicitation, resources, prompts, completion, logging, progress, tasks"
 "$node" "$cache/clients.mjs" "$url" || status=1
 
 kill "$bridge_pid" 2>/dev/null || true
