@@ -3,8 +3,8 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
