@@ -295,7 +295,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.Var(stringList{&cfg.Control.Tokens}, "control-token", "bearer token required on /api (repeatable)")
 	registerFrontFlags(fs, &cfg.Control)
 	fs.IntVar(&cfg.Simulate.Count, "simulate", cfg.Simulate.Count, "also start N simulated boards in-process")
-	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, conformance, robot or a file)")
+	fs.StringVar(&cfg.Simulate.Profile, "simulate-profile", cfg.Simulate.Profile, "profile of the simulated boards (breadboard, catalog, conformance, conformance-tasks, robot or a file)")
 	fs.BoolVar(&cfg.Devices.WithUserTools, "with-user-tools", cfg.Devices.WithUserTools, "list boards' user-only tools too")
 	fs.DurationVar(&cfg.Devices.CallTimeout, "call-timeout", cfg.Devices.CallTimeout, "default tools/call timeout (0 = 30s)")
 	fs.Var(toolTimeoutFlag{&cfg.Devices.ToolTimeouts}, "tool-timeout",

@@ -128,4 +128,11 @@ func TestAliasConfigChecks(t *testing.T) {
 	require.NoError(t, err)
 	_, err = app.New(cfg, nil)
 	require.NoError(t, err)
+	// An empty alias (no prefix), by flag or in the file.
+	cfg, err = app.ParseArgs("bridge", []string{"--mcp-alias", "AA-BB-CC-DD-EE-02=", "--data-dir", ""})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"AA-BB-CC-DD-EE-02": ""}, cfg.MCP.Aliases)
+	require.NoError(t, os.WriteFile(path, []byte("mcp:\n  aliases: {\"aa:bb:cc:dd:ee:02\": \"\"}\n"), 0o600))
+	_, err = app.ParseArgs("bridge", []string{"--config", path, "--data-dir", ""})
+	require.NoError(t, err)
 }

@@ -76,7 +76,7 @@ func registerMCPFlags(fs *flag.FlagSet, c *MCPConfig) {
 	fs.BoolVar(&c.Compact, "mcp-compact", c.Compact, "publish three fixed tools (list_devices, describe_device, call_device_tool) instead of every board tool")
 	fs.BoolVar(&c.ShowUserOnlyTools, "mcp-show-user-tools", c.ShowUserOnlyTools, "also publish the tools boards reserve for people (hidden from the model by default)")
 	fs.Var(stringList{&c.Tokens}, "mcp-token", "bearer token accepted on /mcp (repeatable); none means the control tokens apply")
-	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool> (repeatable)")
+	fs.Var(aliasFlag{&c.Aliases}, "mcp-alias", "MAC=alias: name a board's tools alias_<tool>; MAC= (empty alias) publishes them without a prefix (repeatable)")
 	fs.Float64Var(&c.RateLimit, "mcp-rate-limit", c.RateLimit, "requests per second per MCP session, else per identity or address (bursts of mcp.rate_burst); "+
 		"the default is far above any well-behaved client, a conformance-suite run included; past it 429 with a JSON-RPC error; negative disables")
 	fs.IntVar(&c.MaxSessions, "mcp-max-sessions", c.MaxSessions, "most MCP sessions open at once; past it initialize gets 503")
@@ -119,8 +119,8 @@ func (f aliasFlag) String() string {
 
 func (f aliasFlag) Set(v string) error {
 	mac, alias, ok := strings.Cut(v, "=")
-	if !ok || strings.TrimSpace(mac) == "" || strings.TrimSpace(alias) == "" {
-		return fmt.Errorf("want MAC=alias, got %q", v)
+	if !ok || strings.TrimSpace(mac) == "" {
+		return fmt.Errorf("want MAC=alias (or MAC= for no prefix), got %q", v)
 	}
 	if *f.m == nil {
 		*f.m = map[string]string{}

@@ -10,7 +10,7 @@ import (
 )
 
 func TestProfileNames(t *testing.T) {
-	assert.Equal(t, []string{"breadboard", "catalog", "conformance", "robot"}, ProfileNames())
+	assert.Equal(t, []string{"breadboard", "catalog", "conformance", "conformance-tasks", "robot"}, ProfileNames())
 }
 
 func TestProfile(t *testing.T) {

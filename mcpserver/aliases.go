@@ -36,14 +36,19 @@ func ValidAlias(a string) bool {
 type Aliases struct {
 	byID   map[string]string // canonical MAC → alias
 	byName map[string]string // lower-case alias → canonical MAC
+	// bare: the boards configured with an empty alias, whose tools are
+	// published without a prefix (the board itself keeps its default
+	// alias for everything else).
+	bare map[string]bool
 }
 
 // ParseAliases checks mcp.aliases: every key a MAC (any spelling, each board
-// once), every alias ValidAlias, no alias on two boards (ignoring case, as
-// hosts may fold case in tool names). Errors name the key and what is
-// allowed.
+// once), every alias ValidAlias or empty, no alias on two boards (ignoring
+// case, as hosts may fold case in tool names). An empty alias publishes
+// the board's tools without a prefix (see Bare). Errors name the key and
+// what is allowed.
 func ParseAliases(m map[string]string) (Aliases, error) {
-	a := Aliases{byID: make(map[string]string, len(m)), byName: make(map[string]string, len(m))}
+	a := Aliases{byID: make(map[string]string, len(m)), byName: make(map[string]string, len(m)), bare: map[string]bool{}}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -58,8 +63,8 @@ func ParseAliases(m map[string]string) (Aliases, error) {
 			errs = append(errs, fmt.Errorf("mcp.aliases: key %q is not a MAC (aliases name boards by their MAC, e.g. aa:bb:cc:dd:ee:ff)", k))
 			continue
 		}
-		if !ValidAlias(alias) {
-			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q is not a valid name: use %s", k, alias, AliasRule))
+		if alias != "" && !ValidAlias(alias) {
+			errs = append(errs, fmt.Errorf("mcp.aliases[%s]: alias %q is not a valid name: use %s, or \"\" for no prefix", k, alias, AliasRule))
 			continue
 		}
 		if other, dup := spelled[id]; dup {
@@ -67,6 +72,10 @@ func ParseAliases(m map[string]string) (Aliases, error) {
 			continue
 		}
 		spelled[id] = k
+		if alias == "" {
+			a.bare[id] = true
+			continue
+		}
 		lower := strings.ToLower(alias)
 		if other, dup := a.byName[lower]; dup {
 			errs = append(errs, fmt.Errorf("mcp.aliases: %q names two boards (%s and %s); aliases must differ, ignoring case", alias, other, id))
@@ -93,6 +102,14 @@ func MustAliases(m map[string]string) Aliases {
 func (a Aliases) Of(id string) (string, bool) {
 	alias, ok := a.byID[device.NormalizeID(id)]
 	return alias, ok
+}
+
+// Bare reports whether board id (a MAC in any spelling) is configured
+// with an empty alias: its tools are published under their own names,
+// without "<alias>_". The board is still shown, matched and referred to
+// by its default alias (and its MAC).
+func (a Aliases) Bare(id string) bool {
+	return a.bare[device.NormalizeID(id)]
 }
 
 // Named returns the board an operator named name (ignoring case).

@@ -261,7 +261,8 @@ func (c *catalog) keptNames() keptNames {
 
 // namingOf is what the naming needs of a board, without its tools.
 func namingOf(info device.Info, aliases Aliases) namingDevice {
-	nd := namingDevice{DeviceID: info.DeviceID, Alias: aliases.byID[info.DeviceID], ConnectedAt: info.ConnectedAt}
+	nd := namingDevice{DeviceID: info.DeviceID, Alias: aliases.byID[info.DeviceID], Bare: aliases.bare[info.DeviceID],
+		ConnectedAt: info.ConnectedAt}
 	if info.Node != "" {
 		nd.Holder = info.HolderAlias
 	}

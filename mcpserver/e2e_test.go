@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/devicebridge/devicebridge/internal/bridgetest"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -318,6 +319,59 @@ func TestAliases(t *testing.T) {
 	b.Board(macA, "breadboard", simulator.Config{})
 	names := toolNames(t, b.Client(legacy, nil))
 	assert.Contains(t, names, "kitchen_audio_speaker_set_volume")
+}
+
+// TestBareAlias: a board configured with an empty alias publishes its
+// tools without a prefix and runs them; the board itself is still named
+// by its default alias (and its MAC) in resources and /api. A second
+// bare board listing the same tools gets them hashed, as any clash.
+func TestBareAlias(t *testing.T) {
+	b := startBridge(t, func(c *app.Config) {
+		c.MCP.Aliases = map[string]string{"02-00-00-00-00-01": "", macC: ""}
+	})
+	b.Board(macA, "breadboard", simulator.Config{})
+	b.Board(macB, "breadboard", simulator.Config{})
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			cs := b.Client(era, nil)
+			names := toolNames(t, cs)
+			assert.Contains(t, names, "get_device_status")
+			assert.Contains(t, names, "audio_speaker_set_volume")
+			assert.Contains(t, names, upstreamName(macB, "self.get_device_status"))
+			assert.NotContains(t, names, upstreamName(macA, "self.get_device_status"))
+			res := callTool(t, cs, "audio_speaker_set_volume", map[string]any{"volume": 30})
+			require.False(t, res.IsError, text(res))
+
+			for _, ref := range []string{"dev_000001", macA} {
+				board, err := readBoard(t, cs, boardURI(ref))
+				require.NoError(t, err, ref)
+				assert.Equal(t, macA, board.DeviceID)
+				assert.Equal(t, "dev_000001", board.Device)
+				var mcpNames []string
+				for _, tool := range board.Tools {
+					mcpNames = append(mcpNames, tool.MCPName)
+				}
+				assert.Contains(t, mcpNames, "get_device_status")
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.Base+"/api/devices/"+macA, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var detail struct {
+		Alias string `json:"alias"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&detail))
+	assert.Equal(t, "dev_000001", detail.Alias)
+
+	b.Board(macC, "breadboard", simulator.Config{})
+	names := toolNames(t, b.Client(legacy, nil))
+	assert.Contains(t, names, "get_device_status", "the first board keeps its names")
+	assert.Contains(t, names, "get_device_status_"+mcpserver.ToolHash(macC, "self.get_device_status"))
 }
 
 // TestCompactMode: three fixed tools drive the whole fleet.

@@ -26,3 +26,6 @@ func SubscriptionCount(s *Server) int {
 	defer s.res.mu.Unlock()
 	return s.res.total
 }
+
+// ToolHash is the hash a tool name that clashes gets (toolNames).
+func ToolHash(deviceID, tool string) string { return shortHash(deviceID, tool) }

@@ -130,6 +130,10 @@ type namingDevice struct {
 	DeviceID string
 	// Alias is the operator's alias, or "" for the default.
 	Alias string
+	// Bare: the operator gave the board an empty alias, so its tools are
+	// named without a prefix (the board still gets an alias, its default,
+	// for everything else).
+	Bare bool
 	// Holder is the alias the fleet node that holds the board publishes
 	// it under (its directory record); "" for this node's own boards.
 	Holder string
@@ -436,18 +440,38 @@ func keptIn(m map[toolRef]string) keptNames {
 	return func(ref toolRef, _ string) (string, bool) { n, ok := m[ref]; return n, ok }
 }
 
-// baseName is a tool's name before any clash: <alias>_<tool part>, cut to
-// 64 characters with "_<hash of the full name>" when longer.
-func baseName(alias, tool string) string {
-	n := alias + "_" + toolPart(tool)
+// baseName is a tool's name before any clash: <prefix>_<tool part> (the
+// tool part alone when prefix is "", for a bare board), cut to 64
+// characters with "_<hash of the full name>" when longer.
+func baseName(prefix, tool string) string {
+	n := toolPart(tool)
+	if prefix != "" {
+		n = prefix + "_" + n
+	}
 	if len(n) > MaxNameLen {
 		n = withSuffix(n, shortHash(n), MaxNameLen)
 	}
 	return n
 }
 
+// keptUnder reports whether n, a name a tool had, is one given under
+// prefix: it starts with "<prefix>_" or, for a bare board (prefix ""),
+// is base or base disambiguated (cut, then "_<hash or number>"). A board
+// whose prefix changed gets fresh names.
+func keptUnder(n, prefix, base string) bool {
+	if prefix != "" {
+		return len(n) > len(prefix) && n[len(prefix)] == '_' && strings.HasPrefix(n, prefix)
+	}
+	if n == base {
+		return true
+	}
+	stem := truncate(base, MaxNameLen-1-hashLen)
+	return len(n) > len(stem) && n[len(stem)] == '_' && strings.HasPrefix(n, stem)
+}
+
 // toolNames names every board tool: its baseName, unless it has a name
-// already (kept) under its board's alias, which it keeps. A new name that
+// already (kept) under its board's prefix (its alias, or nothing for a
+// bare board), which it keeps. A new name that
 // would clash (ignoring case, since some hosts fold case) with a kept one,
 // or with another new one, gets "_<hash of device id and tool>" (all the
 // new ones of a clash do); numbers settle what still clashes after that
@@ -461,15 +485,18 @@ func toolNames(devices []namingDevice, aliases map[string]string, kept keptNames
 	taken := make(map[string]struct{}, total) // lower-case names given
 	var fresh []toolRef
 	for _, d := range devices {
-		alias := aliases[d.DeviceID]
+		prefix := aliases[d.DeviceID]
+		if d.Bare {
+			prefix = ""
+		}
 		for _, t := range d.Tools {
 			ref := toolRef{d.DeviceID, t}
 			if _, dup := names[ref]; dup {
 				continue
 			}
-			base := baseName(alias, t)
+			base := baseName(prefix, t)
 			if kept != nil {
-				if n, ok := kept(ref, base); ok && len(n) > len(alias) && n[len(alias)] == '_' && strings.HasPrefix(n, alias) {
+				if n, ok := kept(ref, base); ok && keptUnder(n, prefix, base) {
 					k := strings.ToLower(n)
 					if _, clash := taken[k]; !clash {
 						names[ref], taken[k] = n, struct{}{}

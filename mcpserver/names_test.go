@@ -585,3 +585,73 @@ func TestNamesRandomHistory(t *testing.T) {
 		require.LessOrEqual(t, len(h.book.recent), h.book.max, "round %d", round)
 	}
 }
+
+// TestNamesBare: a board the operator gave an empty alias publishes its
+// tools without a prefix, and still gets its default alias for everything
+// else. A bare name that would clash with one already published (another
+// bare board's, or a prefixed one that reads alike) goes to the newcomer
+// with a hash; the board published keeps its own, and a bare board's
+// names never change while it is connected. A bare board that gets a
+// prefix (or loses it) gets fresh names.
+func TestNamesBare(t *testing.T) {
+	const a, b, c = "02:00:00:00:00:0a", "02:00:00:00:00:0b", "02:00:00:00:00:0c"
+	h := newHistory(t, nil)
+	h.join(namingDevice{DeviceID: a, Bare: true, Tools: []string{"self.get_device_status", "self.lamp.on"}})
+	h.sync()
+	assert.Equal(t, "dev_00000a", h.alias(a), "the board keeps a name of its own")
+	assert.Equal(t, "get_device_status", h.last.Names[toolRef{a, "self.get_device_status"}])
+	assert.Equal(t, "lamp_on", h.last.Names[toolRef{a, "self.lamp.on"}])
+
+	// Another bare board with the same tool: the newcomer's is hashed.
+	h.join(namingDevice{DeviceID: b, Bare: true, Tools: []string{"self.get_device_status"}})
+	h.sync()
+	assert.Equal(t, "get_device_status", h.last.Names[toolRef{a, "self.get_device_status"}])
+	assert.Equal(t, "get_device_status_"+shortHash(b, "self.get_device_status"), h.last.Names[toolRef{b, "self.get_device_status"}])
+
+	// A prefixed board whose name reads like a bare one: the newcomer's is hashed.
+	h.join(namingDevice{DeviceID: c, Alias: "lamp", Tools: []string{"self.on"}})
+	h.sync()
+	assert.Equal(t, "lamp_on_"+shortHash(c, "self.on"), h.last.Names[toolRef{c, "self.on"}])
+
+	// The first board leaves and comes back with a new tool; b keeps its
+	// hashed name all along.
+	h.leave(a)
+	h.sync()
+	assert.Equal(t, "get_device_status_"+shortHash(b, "self.get_device_status"), h.last.Names[toolRef{b, "self.get_device_status"}])
+	h.join(namingDevice{DeviceID: a, Bare: true, Tools: []string{"self.get_device_status", "self.lamp.on", "self.new"}})
+	h.sync()
+	assert.Equal(t, "get_device_status", h.last.Names[toolRef{a, "self.get_device_status"}],
+		"b kept its hashed name, so a gets its own back")
+	assert.Equal(t, "new", h.last.Names[toolRef{a, "self.new"}])
+
+	// A long tool name is cut and hashed as with a prefix; its name is
+	// kept across syncs.
+	long := "self." + strings.Repeat("x", 80)
+	h.join(namingDevice{DeviceID: b, Bare: true, Tools: []string{"self.get_device_status", long}})
+	h.sync()
+	n := h.last.Names[toolRef{b, long}]
+	assert.Len(t, n, MaxNameLen)
+	h.sync()
+	assert.Equal(t, n, h.last.Names[toolRef{b, long}])
+
+	// A prefix given or taken away renames the board's tools.
+	assert.False(t, keptUnder("dev_00000a_lamp_on", "", "lamp_on"))
+	assert.False(t, keptUnder("lamp_on", "dev_00000a", "dev_00000a_lamp_on"))
+	assert.True(t, keptUnder("lamp_on_"+shortHash(a, "x"), "", "lamp_on"))
+}
+
+// TestParseAliasesBare: an empty alias is a bare board; it names no board
+// and takes no name.
+func TestParseAliasesBare(t *testing.T) {
+	a, err := ParseAliases(map[string]string{"02-00-00-00-00-01": "", "02:00:00:00:00:02": "kitchen"})
+	require.NoError(t, err)
+	assert.True(t, a.Bare("02:00:00:00:00:01"))
+	assert.False(t, a.Bare("02:00:00:00:00:02"))
+	_, ok := a.Of("02:00:00:00:00:01")
+	assert.False(t, ok)
+	_, ok = a.Named("")
+	assert.False(t, ok)
+	assert.Equal(t, "dev_000001", a.Alias("02:00:00:00:00:01"))
+	_, err = ParseAliases(map[string]string{"02:00:00:00:00:01": "", "02-00-00-00-00-01": "x"})
+	assert.ErrorContains(t, err, "same board")
+}

@@ -21,9 +21,13 @@
 #
 # The bridge runs as a user would start it, on free loopback ports, with
 # two simulated boards of configs/profiles/conformance.yaml aliased test
-# and json, so that their tools carry the suite's fixture names, and the
-# profile's slow_task as a task tool for the clients' 2026-07-28 tasks
-# check (the suite calls no tool of that name).
+# and json, so that their tools carry the suite's fixture names, and a
+# third board (cmd/simulator, configs/profiles/conformance-tasks.yaml)
+# with an empty alias, whose tools are published under the plain names
+# the tasks-* scenarios call; scripts/conformance/bridge.yaml configures
+# which of them run as tasks and need confirmation. The profile's slow_task
+# is a task tool for the clients' 2026-07-28 tasks check (the suite calls
+# no tool of that name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,7 +38,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --update) update=1 ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "conformance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -44,7 +48,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/devicebridge-conformance.XXXXXX")
 out=${out:-$work/runs}
 mkdir -p "$out"
 bridge_pid=""
+sim_pid=""
 cleanup() {
+  if [ -n "$sim_pid" ]; then
+    kill "$sim_pid" 2>/dev/null || true
+    wait "$sim_pid" 2>/dev/null || true
+  fi
   if [ -n "$bridge_pid" ]; then
     kill "$bridge_pid" 2>/dev/null || true
     wait "$bridge_pid" 2>/dev/null || true
@@ -80,30 +89,35 @@ cp scripts/conformance/clients.mjs "$cache/clients.mjs" # resolves its imports f
 echo "== building the bridge"
 mkdir -p "$work/bin"
 go build -o "$work/bin/bridge" ./cmd/bridge
+go build -o "$work/bin/simulator" ./cmd/simulator
 
-# Default configuration except what the profile needs; ports are chosen by
-# the kernel and read back from the log.
-# TODO(issue 20, defect 1): drop --mcp-rate-limit -1 once the default rate
-# limit no longer trips a stateless 2026-07-28 client: one suite run gets
-# "HTTP 429 text/plain" (input-required-result-validate-input) from the
-# default of 20 requests/s.
-"$work/bin/bridge" \
+# Default configuration except what the fixtures need (the aliases, and
+# scripts/conformance/bridge.yaml); ports are chosen by the kernel and read
+# back from the log.
+"$work/bin/bridge" --config scripts/conformance/bridge.yaml \
   --control-listen 127.0.0.1:0 --device-listen 127.0.0.1:0 --mqtt-listen "" --data-dir "" \
   --simulate 2 --simulate-profile conformance \
   --mcp-alias 02:00:00:00:00:01=test --mcp-alias 02:00:00:00:00:02=json \
-  --mcp-rate-limit -1 --mcp-task-tool slow_task \
+  --mcp-task-tool slow_task \
+  --mcp-alias 02:00:00:00:01:01= \
   --log-format json >"$out/bridge.log" 2>&1 &
 bridge_pid=$!
 control=""
+devices=""
 for _ in $(seq 100); do
   control=$(sed -n 's/.*"msg":"bridge listening".*"control":"\([^"]*\)".*/\1/p' "$out/bridge.log" | head -1)
-  [ -n "$control" ] && break
+  devices=$(sed -n 's/.*"msg":"bridge listening".*"devices":"\([^"]*\)".*/\1/p' "$out/bridge.log" | head -1)
+  [ -n "$control" ] && [ -n "$devices" ] && break
   kill -0 "$bridge_pid" 2>/dev/null || { cat "$out/bridge.log" >&2; echo "conformance.sh: the bridge exited" >&2; exit 1; }
   sleep 0.1
 done
 [ -n "$control" ] || { cat "$out/bridge.log" >&2; echo "conformance.sh: the bridge did not start listening" >&2; exit 1; }
 url=$control/mcp
-"$node" "$cache/clients.mjs" "$url" --wait test_simple_text,json_schema_2020_12_tool
+# The tasks-* fixtures: one board, 02:00:00:00:01:01, of their own profile.
+"$work/bin/simulator" --url "$devices" --profile configs/profiles/conformance-tasks.yaml \
+  --mac-prefix 02:00:00:00:01 --count 1 --log-format json --stats-interval 0 >"$out/simulator.log" 2>&1 &
+sim_pid=$!
+"$node" "$cache/clients.mjs" "$url" --wait test_simple_text,json_schema_2020_12_tool,slow_compute
 echo "== bridge at $url"
 
 # ---- the suite, both versions --------------------------------------------
@@ -123,6 +137,9 @@ run_suite conformance-0.2 "$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$cache/nod
 echo "== real clients (TypeScript SDK v1, v2 client in both eras): tools, elicitation, resources, prompts, completion, logging, progress, tasks"
 "$node" "$cache/clients.mjs" "$url" || status=1
 
+kill "$sim_pid" 2>/dev/null || true
+wait "$sim_pid" 2>/dev/null || true
+sim_pid=""
 kill "$bridge_pid" 2>/dev/null || true
 wait "$bridge_pid" 2>/dev/null || true
 bridge_pid=""

@@ -66,7 +66,7 @@ func TestLoadProfileFromFile(t *testing.T) {
 
 	_, err = LoadProfile("nosuchprofile")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "breadboard, catalog, conformance, robot")
+	assert.Contains(t, err.Error(), "breadboard, catalog, conformance, conformance-tasks, robot")
 }
 
 func TestProfileValidation(t *testing.T) {

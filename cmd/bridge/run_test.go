@@ -89,6 +89,6 @@ func TestUnknownSimulateProfileStopsBeforeListening(t *testing.T) {
 	run := runBridge(t, "--simulate", "1", "--simulate-profile", "nosuch",
 		"--device-listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--mqtt-listen", "")
 	assert.Equal(t, 2, run.code)
-	assert.Contains(t, run.stderr, `bridge: simulate.profile (--simulate-profile): unknown profile "nosuch" (embedded profiles: breadboard, catalog, conformance, robot`)
+	assert.Contains(t, run.stderr, `bridge: simulate.profile (--simulate-profile): unknown profile "nosuch" (embedded profiles: breadboard, catalog, conformance, conformance-tasks, robot`)
 	assert.NotContains(t, run.stderr, "listening")
 }
