@@ -81,6 +81,7 @@
 //	                  with text (default "done after N s"); the wait is off the
 //	                  main task, as on a board whose tool runs in a task of its
 //	                  own, so the board answers other calls meanwhile
+//	format            text with each {name} replaced by that argument
 //	echo              the arguments received, as a JSON object in one text
 //	content           the tool's result, given whole (see below)
 //

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -299,6 +300,10 @@ func (s *session) runCall(ctx context.Context, id int, tool *Tool, args []boundA
 		s.replyResult(id, string(tool.Result))
 		return
 	}
+	if tool.Behavior == BehaviorFormat {
+		s.replyText(id, formatText(tool.Text, args))
+		return
+	}
 	if tool.Behavior == BehaviorEcho {
 		s.replyResult(id, echoResult(args, raw))
 		return
@@ -367,6 +372,16 @@ func (s *session) sendMCP(payload string) {
 // echoResult answers an echo tool: the arguments it received, as a JSON
 // object in one text item (so the bridge also gives them as
 // structuredContent).
+// formatText is the format behaviour's answer: text with each {name}
+// replaced by the argument of that name (a property the tool declares).
+func formatText(text string, args []boundArg) string {
+	pairs := make([]string, 0, 2*len(args))
+	for _, a := range args {
+		pairs = append(pairs, "{"+a.name+"}", fmt.Sprint(a.value))
+	}
+	return strings.NewReplacer(pairs...).Replace(text)
+}
+
 func echoResult(args []boundArg, raw *jsonValue) string {
 	var obj []byte
 	if raw.isObject() {

@@ -560,3 +560,23 @@ func TestProfileSleepBounds(t *testing.T) {
 	_, err = ParseProfile([]byte("board: b\ntools:\n  - name: s\n    behavior: sleep\n    properties:\n      - {name: seconds, type: integer, min: 0, max: 301}\n"), "x")
 	assert.ErrorContains(t, err, "at most 300 seconds")
 }
+
+// TestMCPFormat: a format tool answers its text with each {name} replaced
+// by that argument, the default where the call gives none.
+func TestMCPFormat(t *testing.T) {
+	p := mustParseProfile(t, `board: b
+tools:
+  - name: greet
+    properties:
+      - {name: name, type: string, default: World}
+      - {name: times, type: integer, default: 1}
+    behavior: format
+    text: "Hello, {name}! x{times} {other}"
+`)
+	h := newHarness(t, Config{Profile: p})
+	assert.Equal(t, textResult(t, "9", "Hello, sep-2243! x2 {other}"), h.call(call("greet", `{"name":"sep-2243","times":2}`)))
+	assert.Equal(t, textResult(t, "9", "Hello, World! x1 {other}"), h.call(call("greet", ``)))
+
+	_, err := ParseProfile([]byte("board: b\ntools:\n  - {name: g, behavior: format}\n"), "x")
+	assert.ErrorContains(t, err, "behavior format needs a text")
+}

@@ -121,6 +121,7 @@ const (
 	BehaviorFail            Behavior = "fail"
 	BehaviorContent         Behavior = "content"
 	BehaviorEcho            Behavior = "echo"
+	BehaviorFormat          Behavior = "format"
 	BehaviorSleep           Behavior = "sleep"
 )
 
@@ -546,8 +547,12 @@ func (t *Tool) checkBehavior(p *Profile) error {
 	if t.Key != "" && t.Behavior != BehaviorSet && t.Behavior != BehaviorGet {
 		return fmt.Errorf("key is only used by the set and get behaviors")
 	}
-	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail && t.Behavior != BehaviorSleep {
-		return fmt.Errorf("text is only used by the const, fail and sleep behaviors")
+	if t.Text != "" && t.Behavior != BehaviorConst && t.Behavior != BehaviorFail && t.Behavior != BehaviorSleep &&
+		t.Behavior != BehaviorFormat {
+		return fmt.Errorf("text is only used by the const, fail, sleep and format behaviors")
+	}
+	if t.Behavior == BehaviorFormat && t.Text == "" {
+		return fmt.Errorf("behavior format needs a text (its {name} placeholders take the arguments)")
 	}
 	if (t.Result != nil) != (t.Behavior == BehaviorContent) {
 		return fmt.Errorf("behavior content needs a result, and result is only used by it")
@@ -561,7 +566,7 @@ func (t *Tool) checkBehavior(p *Profile) error {
 	}
 	switch t.Behavior {
 	case BehaviorDeviceStatus, BehaviorLampState, BehaviorLampOn, BehaviorLampOff,
-		BehaviorSystemInfo, BehaviorReboot, BehaviorSet, BehaviorConst, BehaviorContent, BehaviorEcho:
+		BehaviorSystemInfo, BehaviorReboot, BehaviorSet, BehaviorConst, BehaviorContent, BehaviorEcho, BehaviorFormat:
 		return nil
 	case BehaviorSetVolume:
 		return needProp("volume", TypeInteger)
@@ -620,6 +625,7 @@ func behaviorNames() []string {
 		string(BehaviorBatteryLevel), string(BehaviorSystemInfo), string(BehaviorScreenInfo),
 		string(BehaviorReboot), string(BehaviorUpgradeFirmware), string(BehaviorSet), string(BehaviorGet),
 		string(BehaviorConst), string(BehaviorFail), string(BehaviorContent), string(BehaviorEcho),
+		string(BehaviorFormat), string(BehaviorSleep),
 	}
 	sort.Strings(names)
 	return names
