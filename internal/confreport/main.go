@@ -428,6 +428,8 @@ func renderTable(rs []result, reasons map[string]string) (string, error) {
 			switch {
 			case !ok:
 				row += " — |"
+			case r.pass && r.passed+r.failed == 0:
+				row += " skipped by the suite (no checks) |"
 			case r.pass:
 				row += " pass |"
 			default:
