@@ -267,7 +267,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Heartbeat first: a peer must never see this node's boards before it
 	// sees the node alive, or it would clean them up as orphans.
-	n.beat()
+	n.beat(opTimeout)
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
 	if err := n.subscribe(); err != nil {
@@ -275,6 +275,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
+	n.goOwned(n.reaper)
 	n.goOwned(n.catalogGC)
 	hub.SetRemote(n)
 	n.log.Info("joined the fleet", zap.String("nats", n.nc.ConnectedUrlRedacted()),
