@@ -276,7 +276,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Heartbeat first: a peer must never see this node's boards before it
 	// sees the node alive, or it would clean them up as orphans.
-	n.beat()
+	n.beat(opTimeout)
 	sub := hub.Subscribe()
 	n.goOwned(func() { n.publishLocal(sub) })
 	// The Hub lists the other nodes' boards before the watches start: the
@@ -289,6 +289,7 @@ func Start(ctx context.Context, cfg Config, hub *device.Hub, logger *zap.Logger)
 		return nil, err
 	}
 	n.goOwned(n.heartbeats)
+	n.goOwned(n.reaper)
 	n.goOwned(n.catalogGC)
 	n.log.Info("joined the fleet", zap.String("nats", n.nc.ConnectedUrlRedacted()),
 		zap.Duration("offline_after", cfg.OfflineAfter))

@@ -234,6 +234,51 @@ func TestDeadNodeBoardsGoOfflineAndReconnectElsewhere(t *testing.T) {
 	require.Equal(t, "bb:00:00:00:00:01", res.Text())
 }
 
+// TestLaggingViewKillsNoLiveNode: a node whose view of a peer lags (its
+// watch is behind, or it was paused: starved of CPU, a stopped VM) finds
+// the peer's heartbeat overdue by its own clock; it asks the directory
+// before declaring the peer dead, and a heartbeat it had not seen yet keeps
+// the peer alive. Before, it showed the peer's boards offline, ended the
+// calls routed there and deleted their records: under load, a routed
+// call answered 502 (and the next ones 404) while every node was alive.
+func TestLaggingViewKillsNoLiveNode(t *testing.T) {
+	url := startNATS(t)
+	a, b := startNode(t, url, "a"), startNode(t, url, "b")
+	b.attach(t, "bb:00:00:00:00:07", nil)
+	require.Eventually(t, func() bool { return readyIDs(a.hub)["bb:00:00:00:00:07"] == "b" }, 10*time.Second, 20*time.Millisecond)
+	sub := a.hub.Subscribe()
+	defer sub.Close()
+
+	// a's view of b as it is after a pause: the last heartbeat it applied
+	// is long past, and b has written newer ones since.
+	d := a.node.dir
+	d.mu.Lock()
+	d.alive["b"] = time.Now().Add(-time.Minute)
+	d.beatRev["b"] = 0
+	d.mu.Unlock()
+	a.node.reap()
+
+	alive, lapsed := d.liveness("b")
+	require.True(t, alive, "b lives")
+	require.False(t, lapsed)
+	_, ok := a.hub.Device("bb:00:00:00:00:07")
+	require.True(t, ok, "b's board is still listed")
+	for _, ev := range sub.Next() {
+		require.NotEqual(t, device.EventOffline, ev.Type, "no offline event: %+v", ev)
+	}
+	res, err := a.hub.CallTool(context.Background(), "bb:00:00:00:00:07", "self.get_device_status", nil)
+	require.NoError(t, err)
+	require.Equal(t, "bb:00:00:00:00:07", res.Text())
+
+	// A heartbeat a has already seen is no sign of life: once b is gone,
+	// a declares it dead as before.
+	b.node.Abandon()
+	require.Eventually(t, func() bool { _, ok := a.hub.Device("bb:00:00:00:00:07"); return !ok }, 10*time.Second, 10*time.Millisecond)
+	alive, lapsed = d.liveness("b")
+	require.False(t, alive)
+	require.True(t, lapsed)
+}
+
 func TestDuplicateMACNewestConnectionWins(t *testing.T) {
 	url := startNATS(t)
 	a, b := startNode(t, url, "a"), startNode(t, url, "b")

@@ -302,6 +302,15 @@ func (d *directory) overdue(now time.Time, deadAfter, offlineAfter time.Duration
 	return dead, orphaned
 }
 
+// overdueNow: node is alive in this view and its last heartbeat arrived more
+// than deadAfter before now.
+func (d *directory) overdueNow(node string, now time.Time, deadAfter time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen, ok := d.alive[node]
+	return ok && now.Sub(seen) > deadAfter
+}
+
 // forgetDeaths bounds lapsed: node ids are not reused, so old deaths are
 // forgotten.
 func (d *directory) forgetDeaths() {

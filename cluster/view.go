@@ -7,6 +7,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync/atomic"
@@ -89,14 +90,20 @@ func (n *Node) watch(name string, kv jetstream.KeyValue, apply func(jetstream.Ke
 // onHeartbeat notes a node alive (by this node's clock, so clocks need not
 // agree) or gone (a clean Stop deletes its key).
 func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
-	node := e.Key()
-	if node == n.cfg.NodeID {
+	if e.Key() == n.cfg.NodeID {
 		return
 	}
 	if e.Operation() != jetstream.KeyValuePut {
-		n.nodeDead(node, "left the fleet")
+		n.nodeDead(e.Key(), "left the fleet")
 		return
 	}
+	n.noteBeat(e)
+}
+
+// noteBeat notes a heartbeat read from the nodes bucket; fresh is false
+// for one already seen.
+func (n *Node) noteBeat(e jetstream.KeyValueEntry) (fresh bool) {
+	node := e.Key()
 	var hb Heartbeat
 	if err := json.Unmarshal(e.Value(), &hb); err != nil {
 		n.log.Debug("unreadable heartbeat", zap.String("peer", node), zap.Error(err))
@@ -104,12 +111,13 @@ func (n *Node) onHeartbeat(e jetstream.KeyValueEntry) {
 	hb.Node = node
 	events, joined, fresh := n.dir.heartbeat(node, e.Revision(), hb)
 	if !fresh {
-		return
+		return false
 	}
 	if joined {
 		n.log.Info("node joined the fleet", zap.String("peer", node), zap.Int("boards", len(events)))
 	}
 	n.announce(events)
+	return true
 }
 
 // onBoard keeps the remote view in step with the directory.
@@ -232,40 +240,60 @@ func (n *Node) announce(events []device.Event) {
 	}
 }
 
-// heartbeats writes this node's liveness key and finds nodes whose own
-// heartbeats lapsed.
+// heartbeats writes this node's liveness key. It does nothing else, so
+// that nothing this node does delays its heartbeat: the reaper, which
+// reads and deletes in the directory when a node dies, runs beside it. A
+// survivor whose beats waited for those deletes would, under load, be
+// taken for dead in turn.
 func (n *Node) heartbeats() {
-	beat := time.NewTicker(n.cfg.OfflineAfter / 5)
+	interval := n.cfg.OfflineAfter / 5
+	beat := time.NewTicker(interval)
 	defer beat.Stop()
-	check := time.NewTicker(n.cfg.OfflineAfter / 10)
-	defer check.Stop()
-	n.beat()
+	n.beat(interval)
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-beat.C:
-			n.beat()
+			n.beat(interval)
 		case <-n.reconnected:
 			// Heartbeat first, so that the others see this node alive
 			// before its boards come back, then write them all again: the
-			// others may have cleaned them up meanwhile.
-			n.beat()
+			// others may have cleaned them up meanwhile. (Waiting for
+			// this one's acknowledgement keeps that order.)
+			n.beat(opTimeout)
 			n.askResync()
+		}
+	}
+}
+
+// reaper finds the nodes whose heartbeats lapsed, ten times per window.
+func (n *Node) reaper() {
+	check := time.NewTicker(n.cfg.OfflineAfter / 10)
+	defer check.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
 		case <-check.C:
 			n.reap()
 		}
 	}
 }
 
-func (n *Node) beat() {
-	ctx, cancel := context.WithTimeout(n.ctx, opTimeout)
+// beat writes this node's heartbeat and waits up to wait for NATS to
+// acknowledge it. The loop waits one heartbeat interval at most, so that
+// slow acknowledgements do not space the beats out: beats a round trip
+// apart, under load, make the others take a live node for dead. A beat not
+// acknowledged in time may still land; it counts as a failed write.
+func (n *Node) beat(wait time.Duration) {
+	ctx, cancel := context.WithTimeout(n.ctx, wait)
 	defer cancel()
 	data, _ := json.Marshal(n.self())
 	if _, err := n.nodes.Put(ctx, n.cfg.NodeID, data); err != nil {
 		if n.ctx.Err() == nil {
 			n.obs.DirectoryWriteFailed("nodes")
-			n.log.Debug("heartbeat not written", zap.Error(err))
+			n.log.Debug("heartbeat not written, or not acknowledged in time", zap.Error(err))
 		}
 		return
 	}
@@ -284,6 +312,11 @@ func (n *Node) reap() {
 	now := time.Now()
 	dead, orphans := n.dir.overdue(now, n.deadAfter(), n.cfg.OfflineAfter, now.Sub(n.started) > n.cfg.OfflineAfter)
 	for _, node := range dead {
+		// A heartbeat the watch delivered while the directory was read
+		// counts too.
+		if n.stillBeating(node) || !n.dir.overdueNow(node, time.Now(), n.deadAfter()) {
+			continue
+		}
 		n.nodeDead(node, "its heartbeat lapsed")
 	}
 	for _, key := range orphans {
@@ -292,6 +325,35 @@ func (n *Node) reap() {
 		}
 	}
 	n.dir.forgetDeaths()
+}
+
+// stillBeating asks the directory before a node whose heartbeat lapsed is
+// declared dead: a heartbeat this node has not seen yet means that the
+// node lives and only this node's view of it lags (its watch is behind, or
+// this node itself was paused: starved of CPU, a stopped VM). It is noted
+// as a heartbeat. Without that check, a node that lags would take its
+// healthy peers for dead, end the calls routed to them as offline and
+// delete their records. The read is bounded by one heartbeat interval, so
+// that a dead node's boards still go offline within the window; a node
+// that cannot read the directory cannot tell, and decides on what it saw.
+func (n *Node) stillBeating(node string) bool {
+	if !n.nc.IsConnected() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.OfflineAfter/5)
+	defer cancel()
+	e, err := n.nodes.Get(ctx, node)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) && n.ctx.Err() == nil {
+			n.log.Debug("could not read a lapsed node's heartbeat", zap.String("peer", node), zap.Error(err))
+		}
+		return false
+	}
+	if !n.noteBeat(e) {
+		return false
+	}
+	n.log.Debug("a lapsed node's heartbeat was in the directory; this node's view lagged", zap.String("peer", node))
+	return true
 }
 
 // nodeDead shows a node's boards offline and deletes their records (each
