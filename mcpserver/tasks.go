@@ -189,11 +189,11 @@ func (s *Server) setupTasks() error {
 	s.tk = st
 	s.mcp.AddReceivingMiddleware(s.taskMiddleware)
 	for _, err := range []error{
-		mcp.AddReceivingCustomMethod(s.mcp, methodTasksGet, s.tasksGet),
-		mcp.AddReceivingCustomMethod(s.mcp, methodTasksResult, s.tasksResult),
+		mcp.AddReceivingCustomMethod(s.mcp, methodTasksGet, s.taskByID(methodTasksGet)),
+		mcp.AddReceivingCustomMethod(s.mcp, methodTasksResult, s.taskByID(methodTasksResult)),
 		mcp.AddReceivingCustomMethod(s.mcp, methodTasksList, s.tasksList),
-		mcp.AddReceivingCustomMethod(s.mcp, methodTasksCancel, s.tasksCancel),
-		mcp.AddReceivingCustomMethod(s.mcp, methodTasksUpdate, s.tasksUpdate),
+		mcp.AddReceivingCustomMethod(s.mcp, methodTasksCancel, s.taskByID(methodTasksCancel)),
+		mcp.AddReceivingCustomMethod(s.mcp, methodTasksUpdate, s.taskByID(methodTasksUpdate)),
 	} {
 		if err != nil {
 			return err

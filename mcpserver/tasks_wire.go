@@ -99,48 +99,19 @@ func notFound(id string) error {
 		"or it belongs to another caller. Start the call again.", cut(id, 80))
 }
 
-func (s *Server) tasksGet(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
-	tr, id, err := s.taskTarget(ctx, methodTasksGet, p, true)
-	if err != nil {
-		return nil, err
+// taskByID serves a tasks/* method that names one task (get, result,
+// cancel, update): checked, then answered by the node that holds it.
+func (s *Server) taskByID(method string) func(context.Context, *mcp.ServerSession, *taskParams) (mcp.Result, error) {
+	return func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		tr, id, err := s.taskTarget(ctx, method, p, true)
+		if err != nil {
+			return nil, err
+		}
+		if res, err, forwarded := s.forwardTask(ctx, method, tr, id, p); forwarded {
+			return res, err
+		}
+		return s.localTask(ctx, method, tr, id, p)
 	}
-	if res, err, forwarded := s.forwardTask(ctx, methodTasksGet, tr, id, p); forwarded {
-		return res, err
-	}
-	return s.localTask(ctx, methodTasksGet, tr, id, p)
-}
-
-func (s *Server) tasksResult(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
-	tr, id, err := s.taskTarget(ctx, methodTasksResult, p, true)
-	if err != nil {
-		return nil, err
-	}
-	if res, err, forwarded := s.forwardTask(ctx, methodTasksResult, tr, id, p); forwarded {
-		return res, err
-	}
-	return s.localTask(ctx, methodTasksResult, tr, id, p)
-}
-
-func (s *Server) tasksCancel(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
-	tr, id, err := s.taskTarget(ctx, methodTasksCancel, p, true)
-	if err != nil {
-		return nil, err
-	}
-	if res, err, forwarded := s.forwardTask(ctx, methodTasksCancel, tr, id, p); forwarded {
-		return res, err
-	}
-	return s.localTask(ctx, methodTasksCancel, tr, id, p)
-}
-
-func (s *Server) tasksUpdate(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
-	tr, id, err := s.taskTarget(ctx, methodTasksUpdate, p, true)
-	if err != nil {
-		return nil, err
-	}
-	if res, err, forwarded := s.forwardTask(ctx, methodTasksUpdate, tr, id, p); forwarded {
-		return res, err
-	}
-	return s.localTask(ctx, methodTasksUpdate, tr, id, p)
 }
 
 // tasksList lists the caller's tasks held by this node (2025-11-25).
