@@ -136,6 +136,18 @@ type CallEvent struct {
 	At time.Time `json:"at,omitzero"`
 }
 
+// VoiceEvent is the data of a voice event: a board's relayed conversation
+// "opened", "closed", or "failed" to reach the voice upstream.
+type VoiceEvent struct {
+	DeviceID  string    `json:"device_id"`
+	Kind      string    `json:"kind"`
+	Transport string    `json:"transport,omitempty"`
+	SessionID string    `json:"session_id,omitempty"`
+	Upstream  string    `json:"upstream,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+}
+
 // ResyncEvent is the data of a resync event: re-read GET /api/devices.
 // Reason says why: "behind" (the client fell too far behind and its
 // backlog was dropped), or, first on a stream that asked to resume
@@ -325,6 +337,9 @@ func writeEvent(buf *bytes.Buffer, epoch string, ev device.Event, reason string,
 			DurationMS: float64(ev.Call.Duration.Microseconds()) / 1000, At: ev.At.UTC()}
 	case device.EventResync:
 		data = ResyncEvent{Reason: reason} // re-read GET /api/devices
+	case device.EventVoice:
+		data = VoiceEvent{DeviceID: ev.DeviceID, Kind: ev.Voice.Kind, Transport: ev.Voice.Transport,
+			SessionID: ev.Voice.SessionID, Upstream: ev.Voice.Upstream, Reason: ev.Voice.Reason, At: ev.At.UTC()}
 	default:
 		b := BoardEvent{DeviceSummary: DeviceSummary{Info: ev.Info, ToolCount: len(ev.Info.Tools)}, At: ev.At.UTC()}
 		if alias != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/ota"
+	"github.com/devicebridge/devicebridge/voice"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -38,6 +39,8 @@ type App struct {
 	aliases mcpserver.Aliases
 	// ota is the OTA endpoint and admission; nil when OTA is off.
 	ota *ota.Server
+	// voice relays conversations to the voice upstream; nil when off.
+	voice *voice.Relay
 	// apiSrv is the control API, kept to serve interactions other nodes
 	// forward here.
 	apiSrv *api.Server
@@ -95,6 +98,12 @@ func New(cfg Config, logger *zap.Logger) (*App, error) {
 	hubCfg.Observer = a.Metrics
 	a.Hub = device.NewHub(hubCfg, logger.Named("device"))
 	if err := a.newOTA(); err != nil {
+		return nil, err
+	}
+	if err := a.newVoice(); err != nil {
+		if a.ota != nil {
+			_ = a.ota.Close()
+		}
 		return nil, err
 	}
 	if err := a.openAccess(); err != nil {
@@ -316,6 +325,10 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	errs = append(errs, a.Hub.Close(ctx))
 	a.WS.Close(device.ErrShutdown)
+	if a.voice != nil {
+		// After both transports: their boards' conversations have ended.
+		a.voice.Close()
+	}
 	a.mu.Lock()
 	stopSims := a.stopSimulators
 	a.mu.Unlock()

@@ -22,6 +22,7 @@ import (
 	"github.com/devicebridge/devicebridge/mcpserver"
 	"github.com/devicebridge/devicebridge/simulator"
 	"github.com/devicebridge/devicebridge/tracing"
+	"github.com/devicebridge/devicebridge/voice"
 	"github.com/devicebridge/devicebridge/ws"
 )
 
@@ -46,6 +47,8 @@ type Config struct {
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
 	Cluster       ClusterConfig  `yaml:"cluster"`
+	// Voice relays boards' conversations to the user's voice server.
+	Voice VoiceConfig `yaml:"voice"`
 	// HTTP bounds the HTTP listeners (http.go).
 	HTTP HTTPConfig `yaml:"http"`
 	// ShutdownTimeout bounds the ordered shutdown.
@@ -59,6 +62,12 @@ type Config struct {
 	// or mqtt.broker (ParseArgs): MQTT was asked for, even at the default
 	// address. See mqttRequested.
 	mqttAsked bool
+}
+
+// VoiceConfig is the voice section: the relay (voice.Config) and the OTA
+// pass-through toward the same server.
+type VoiceConfig struct {
+	voice.Config `yaml:",inline"`
 }
 
 // LogConfig selects the zap encoder and level, and bounds the log
@@ -224,6 +233,9 @@ func (c Config) Validate() error {
 	if err := c.MQTT.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Voice.Config.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MQTT.SharedBroker && c.Cluster.NATSURL == "" {
 		errs = append(errs, errors.New("mqtt.shared_broker needs a fleet (cluster.nats_url, --nats): the nodes decide through it who serves which board"))
 	}
@@ -302,6 +314,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 		"TOOL=DURATION: the timeout of one board tool, up to 5m, e.g. self.upgrade_firmware=300s (repeatable); longer than --call-timeout makes it a task tool")
 	registerMQTTFlags(fs, &cfg.MQTT)
 	registerMCPFlags(fs, &cfg.MCP)
+	registerVoiceFlags(fs, &cfg.Voice)
 	registerFlowFlags(fs, &cfg.Flow)
 	registerDebugFlags(fs, cfg)
 	registerHTTPFlags(fs, &cfg.HTTP)

@@ -142,6 +142,9 @@ func (a *App) readiness() []api.Check {
 		}
 		checks = append(checks, c)
 	}
+	if c, ok := a.voiceCheck(); ok {
+		checks = append(checks, c)
+	}
 	return checks
 }
 

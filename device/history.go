@@ -40,7 +40,7 @@ func (h *Hub) SubscribeAfter(opts SubscribeOptions, after uint64) (*Subscription
 	}
 	hist.Complete = true
 	h.history.each(func(ev Event) {
-		if ev.Seq > after && (opts.Calls || ev.Type != EventCall) {
+		if ev.Seq > after && (opts.Calls || !ev.activity()) {
 			hist.Replay = append(hist.Replay, ev)
 		}
 	})
@@ -61,7 +61,7 @@ func (h *Hub) SubscribeRecent(opts SubscribeOptions, n int) (*Subscription, Hist
 		return sub, hist
 	}
 	h.history.each(func(ev Event) {
-		if opts.Calls || ev.Type != EventCall {
+		if opts.Calls || !ev.activity() {
 			hist.Replay = append(hist.Replay, ev)
 		}
 	})

@@ -538,13 +538,23 @@ func (h *Hub) publishIfCurrent(s *Session, t EventType) {
 	}
 }
 
+// PublishVoice records a relayed conversation's change in the event feed.
+func (h *Hub) PublishVoice(deviceID string, n VoiceNote) {
+	if h.callSubs.Load() == 0 && h.cfg.EventHistory <= 0 {
+		return // nobody would see it
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.publishLocked(Event{Type: EventVoice, DeviceID: deviceID, Voice: n})
+}
+
 func (h *Hub) publishLocked(ev Event) {
 	h.seq++
 	ev.Seq = h.seq
 	ev.At = time.Now()
 	h.history.add(ev)
 	for sub := range h.subs {
-		if ev.Type == EventCall && !sub.calls {
+		if ev.activity() && !sub.calls {
 			continue
 		}
 		sub.push(ev)

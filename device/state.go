@@ -106,9 +106,12 @@ const (
 	EventOffline
 	EventResync
 	EventCall
+	// EventVoice reports a relayed conversation opening, closing or
+	// failing to reach the voice upstream (Voice is set).
+	EventVoice
 )
 
-var eventNames = [...]string{"online", "tools_changed", "offline", "resync", "call"}
+var eventNames = [...]string{"online", "tools_changed", "offline", "resync", "call", "voice"}
 
 func (t EventType) String() string {
 	if int(t) < len(eventNames) {
@@ -129,6 +132,23 @@ type Event struct {
 	DeviceID string
 	Info     Info
 	Call     CallOutcome
+	Voice    VoiceNote
+}
+
+// activity reports events that are not board state (calls, voice): only
+// subscriptions that ask for them get them.
+func (ev Event) activity() bool { return ev.Type == EventCall || ev.Type == EventVoice }
+
+// VoiceNote is a relayed conversation's change: Kind is "opened",
+// "closed" or "failed". It carries no audio and no message text.
+type VoiceNote struct {
+	Kind      string
+	Transport string
+	SessionID string
+	// Upstream is the voice server's URL without credentials.
+	Upstream string
+	// Reason says why a conversation closed or failed.
+	Reason string
 }
 
 // CallOutcome is how one tool call through Hub.CallTool ended. It carries

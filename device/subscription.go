@@ -5,9 +5,11 @@ import "sync"
 // SubscribeOptions choose what a subscription receives beyond the board
 // events (online, tools changed, offline, resync).
 type SubscribeOptions struct {
-	// Calls adds an EventCall for every tool call that ends. Calls share
-	// the subscription's bounded backlog, so a subscriber that falls
-	// behind gets EventResync and loses the calls it missed.
+	// Calls adds an EventCall for every tool call that ends, and an
+	// EventVoice for every relayed conversation that opens, closes or
+	// fails: activity, not board state. They share the subscription's
+	// bounded backlog, so a subscriber that falls behind gets EventResync
+	// and loses the activity it missed.
 	Calls bool
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/devicebridge/devicebridge/envelope"
+	"github.com/devicebridge/devicebridge/voice"
 )
 
 // Defaults for Config.
@@ -176,6 +177,9 @@ type Config struct {
 	// dropped. The bridge sets it from mqtt.auth.allow_any_client_id, so
 	// the embedded broker and the gateway agree; not a key of its own.
 	AllowAnyDeviceID bool `yaml:"-"`
+	// Relay, when set, relays boards' conversations to their voice
+	// upstream (the official gateway's job). Wired by the bridge.
+	Relay *voice.Relay `yaml:"-"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -90,6 +90,12 @@ func (l *link) handle(msg []byte) {
 	}
 	switch env.Type {
 	case envelope.TypeHello:
+		if l.g.cfg.Relay.Enabled(l.board.DeviceID) {
+			if _, err := parseHello(env); err == nil {
+				l.voiceHello(env)
+				return
+			}
+		}
 		l.handleHello(env)
 	case envelope.TypeGoodbye:
 		l.handleGoodbye(env)
@@ -98,6 +104,10 @@ func (l *link) handle(msg []byte) {
 		// where a flooding board's messages are dropped.
 		l.Deliver(msg)
 	default:
+		if conv := l.conversation(); conv != nil {
+			conv.Text(msg) // relayed unchanged
+			return
+		}
 		// listen, abort, ...: conversation messages the bridge does not
 		// serve. Counted, not an error.
 		l.g.stats.other.Add(1)
@@ -147,6 +157,7 @@ func (l *link) handleHello(env envelope.Envelope) {
 	l.audio = a
 	l.audioMu.Unlock()
 	l.g.udp.close(old)
+	endVoice(old)
 	l.sid.Store(&a.id)
 
 	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
@@ -179,6 +190,7 @@ func (l *link) handleGoodbye(env envelope.Envelope) {
 		return
 	}
 	l.g.udp.close(a)
+	endVoice(a)
 	l.g.stats.goodbyesIn.Add(1)
 	l.notes.audioClosed.Info(l.log, "board closed its audio session", zap.String("session_id", a.id), zap.Int64("audio_packets", a.packets.Load()))
 }

@@ -52,6 +52,14 @@ type link struct {
 	audioMu sync.Mutex
 	audio   *audioSession
 
+	// voiceOpening is set while a hello waits for the voice upstream;
+	// voiceWG counts those waits and voiceCtx ends them when the link
+	// closes.
+	voiceOpening atomic.Bool
+	voiceWG      sync.WaitGroup
+	voiceCtx     context.Context
+	voiceCancel  context.CancelFunc
+
 	lastHeard atomic.Int64 // unix nanoseconds of the last uplink message
 
 	dropped atomic.Int64
@@ -76,6 +84,7 @@ func newLink(g *Gateway, b Board, advHost string) *link {
 		gone:     make(chan struct{}),
 		guard:    g.cfg.BoardLimits.NewGuard(),
 	}
+	l.voiceCtx, l.voiceCancel = context.WithCancel(context.Background())
 	empty := ""
 	l.sid.Store(&empty)
 	l.lastHeard.Store(time.Now().UnixNano())
@@ -125,6 +134,8 @@ func (l *link) start() {
 		// finish holds no lock but audioMu's, briefly, and its goodbye (up
 		// to goodbyeTimeout) holds up nothing.
 		l.reader.Close()
+		l.voiceCancel()
+		l.voiceWG.Wait()
 		l.finish()
 		l.g.wg.Done()
 	})
@@ -158,6 +169,7 @@ func (l *link) goodbye(ctx context.Context) (string, error) {
 		return "", ErrNoAudioSession
 	}
 	l.g.udp.close(a)
+	endVoice(a)
 	msg, err := envelope.Encode(a.id, envelope.TypeGoodbye, nil)
 	if err != nil {
 		return "", err
@@ -173,8 +185,10 @@ func (l *link) goodbye(ctx context.Context) (string, error) {
 // board, when the broker can still reach it), then leave the gateway.
 func (l *link) finish() {
 	l.audioMu.Lock()
-	open := l.audio != nil
+	current := l.audio
 	l.audioMu.Unlock()
+	open := current != nil
+	endVoice(current)
 	if open && sayGoodbyeOnClose(l.Err()) {
 		ctx, cancel := context.WithTimeout(context.Background(), goodbyeTimeout)
 		if _, err := l.goodbye(ctx); err != nil {

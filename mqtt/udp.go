@@ -38,6 +38,8 @@ type audioSession struct {
 
 	packets, bytes atomic.Int64
 	lastSeq        atomic.Uint32
+	// voice is set when the session's conversation is relayed upstream.
+	voice atomic.Pointer[voiceAudio]
 }
 
 // newNonce lays the nonce out as boards expect it: type 0x01, flags 0,
@@ -53,7 +55,11 @@ func newNonce(ssrc uint32) string {
 // serverHello is the reply boards accept: transport udp, a session id, and
 // all four udp fields (boards up to v2.3 crash if any is missing).
 func serverHello(a *audioSession, host string, port int) []byte {
-	audio := envelope.DownlinkAudio
+	return serverHelloWith(a, host, port, envelope.DownlinkAudio)
+}
+
+// serverHelloWith is serverHello declaring the given downlink audio.
+func serverHelloWith(a *audioSession, host string, port int, audio envelope.AudioParams) []byte {
 	return envelope.ServerHello{
 		Version:     3,
 		Transport:   "udp",
@@ -77,6 +83,11 @@ type UDPStats struct {
 	Malformed int64
 	// Unknown datagrams carry an ssrc no open audio session has.
 	Unknown int64
+	// Stale datagrams of a relayed session repeat or precede its last
+	// sequence; Foreign ones come from another address than its first.
+	Stale, Foreign int64
+	// Sent counts downlink datagrams of relayed conversations.
+	Sent int64
 }
 
 // udpServer accepts audio datagrams on one socket with a single reader.
@@ -88,6 +99,7 @@ type udpServer struct {
 	sessions map[uint32]*audioSession
 
 	packets, bytes, malformed, unknown atomic.Int64
+	stale, foreign, sent               atomic.Int64
 }
 
 // listenUDP binds the audio socket. When fallback is true and the address
@@ -141,20 +153,20 @@ func (u *udpServer) close(a *audioSession) {
 func (u *udpServer) run() {
 	buf := make([]byte, maxDatagram+1)
 	for {
-		n, _, err := u.conn.ReadFromUDP(buf)
+		n, from, err := u.conn.ReadFromUDP(buf)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				u.log.Warn("udp audio socket failed", zap.Error(err))
 			}
 			return
 		}
-		u.count(buf[:n])
+		u.count(buf[:n], from)
 	}
 }
 
 // count applies the checks a board applies to datagrams it receives: a
 // full header, type 0x01, and a length that matches the header exactly.
-func (u *udpServer) count(d []byte) {
+func (u *udpServer) count(d []byte, from *net.UDPAddr) {
 	if len(d) < udpHeaderLen || d[0] != udpPacketType ||
 		len(d) != udpHeaderLen+int(binary.BigEndian.Uint16(d[2:4])) {
 		u.malformed.Add(1)
@@ -170,11 +182,16 @@ func (u *udpServer) count(d []byte) {
 	}
 	a.packets.Add(1)
 	a.bytes.Add(int64(len(d) - udpHeaderLen))
-	a.lastSeq.Store(binary.BigEndian.Uint32(d[12:16]))
 	u.packets.Add(1)
 	u.bytes.Add(int64(len(d) - udpHeaderLen))
+	if v := a.voice.Load(); v != nil {
+		u.relayUp(a, v, d, from)
+		return
+	}
+	a.lastSeq.Store(binary.BigEndian.Uint32(d[12:16]))
 }
 
 func (u *udpServer) stats() UDPStats {
-	return UDPStats{Packets: u.packets.Load(), Bytes: u.bytes.Load(), Malformed: u.malformed.Load(), Unknown: u.unknown.Load()}
+	return UDPStats{Packets: u.packets.Load(), Bytes: u.bytes.Load(), Malformed: u.malformed.Load(), Unknown: u.unknown.Load(),
+		Stale: u.stale.Load(), Foreign: u.foreign.Load(), Sent: u.sent.Load()}
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"time"
+
+	"github.com/devicebridge/devicebridge/voice"
 )
 
 // Defaults for Config.
@@ -69,6 +71,9 @@ type Config struct {
 	// RequireToken refuses boards without a valid token even when Tokens is
 	// empty (admission is on). Wired by the bridge, not a file key.
 	RequireToken bool `yaml:"-"`
+	// Relay, when set, relays each board's conversation to its voice
+	// upstream. Wired by the bridge from the voice section.
+	Relay *voice.Relay `yaml:"-"`
 }
 
 // TokenVerifier checks a token issued to one board. Implementations must

@@ -30,7 +30,9 @@ type conn struct {
 
 	// LinkBase gives Receive, Close, Done and Err; the reader feeds it.
 	*device.LinkBase
-	outbound chan []byte
+	// outbound holds text messages and, while a conversation is relayed,
+	// audio frames, in the order they are to be written.
+	outbound chan outMsg
 	done     <-chan struct{}
 
 	// writer runs a goroutine (write) only while outbound holds messages:
@@ -45,7 +47,11 @@ type conn struct {
 	// closed (shutdown).
 	sockClosed chan struct{}
 
-	textIn, binaryIn, textOut atomic.Int64
+	textIn, binaryIn, textOut, binaryOut, audioDropped atomic.Int64
+
+	// voice relays the board's conversation when the bridge has a voice
+	// upstream for it (nil otherwise).
+	voice *voiceLink
 
 	// helloPending is set while the conn holds one of the server's
 	// pending-hello slots; guarded by Server.mu.
@@ -61,7 +67,7 @@ func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
 		cfg:        cfg,
 		log:        log,
 		LinkBase:   base,
-		outbound:   make(chan []byte, cfg.SendQueue),
+		outbound:   make(chan outMsg, cfg.SendQueue),
 		done:       base.Done(),
 		sockClosed: make(chan struct{}),
 	}
@@ -69,7 +75,42 @@ func newConn(ws *websocket.Conn, cfg Config, log *zap.Logger) *conn {
 	return c
 }
 
-func (c *conn) SessionID() string { return c.sessionID }
+// outMsg is one message for the board: text, or a binary audio frame.
+type outMsg struct {
+	binary bool
+	data   []byte
+}
+
+func (m outMsg) kind() int {
+	if m.binary {
+		return websocket.BinaryMessage
+	}
+	return websocket.TextMessage
+}
+
+func (c *conn) SessionID() string {
+	if v := c.voice; v != nil {
+		if id := v.sessionID(); id != "" {
+			return id
+		}
+	}
+	return c.sessionID
+}
+
+// sendAudio queues one audio frame without waiting: a board drops audio it
+// cannot play in time, and so does a full queue.
+func (c *conn) sendAudio(frame []byte) bool {
+	select {
+	case <-c.done:
+		return false
+	case c.outbound <- outMsg{binary: true, data: frame}:
+		c.writer.Kick()
+		return true
+	default:
+		c.audioDropped.Add(1)
+		return false
+	}
+}
 
 func (c *conn) Send(ctx context.Context, msg []byte) error {
 	select {
@@ -78,7 +119,7 @@ func (c *conn) Send(ctx context.Context, msg []byte) error {
 	default:
 	}
 	select {
-	case c.outbound <- msg:
+	case c.outbound <- outMsg{data: msg}:
 		c.writer.Kick()
 		return nil
 	case <-c.done:
@@ -105,10 +146,16 @@ func (c *conn) readLoop() {
 		// Any frame proves the board alive, not only pongs.
 		_ = c.ws.SetReadDeadline(time.Now().Add(wait))
 		if kind == websocket.BinaryMessage {
-			c.binaryIn.Add(1) // audio: counted, not played (yet)
+			c.binaryIn.Add(1)
+			if c.voice != nil {
+				c.voice.audio(data)
+			}
 			continue
 		}
 		c.textIn.Add(1)
+		if c.voice != nil && c.voice.text(data) {
+			continue // a conversation message, relayed
+		}
 		if !c.Deliver(data) {
 			return
 		}
@@ -126,17 +173,25 @@ func (c *conn) write() bool {
 		select {
 		case msg := <-c.outbound:
 			_ = c.ws.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-			err := c.ws.WriteMessage(websocket.TextMessage, msg)
+			err := c.ws.WriteMessage(msg.kind(), msg.data)
 			c.wmu.Unlock()
 			if err != nil {
 				c.Close(device.Closing(device.CauseDisconnected, fmt.Errorf("write failed: %w", err)))
 				return false
 			}
-			c.textOut.Add(1)
+			c.countOut(msg)
 		default:
 			c.wmu.Unlock()
 			return true
 		}
+	}
+}
+
+func (c *conn) countOut(m outMsg) {
+	if m.binary {
+		c.binaryOut.Add(1)
+	} else {
+		c.textOut.Add(1)
 	}
 }
 
@@ -146,10 +201,10 @@ func (c *conn) flush(deadline time.Time) {
 	for {
 		select {
 		case msg := <-c.outbound:
-			if c.ws.WriteMessage(websocket.TextMessage, msg) != nil {
+			if c.ws.WriteMessage(msg.kind(), msg.data) != nil {
 				return
 			}
-			c.textOut.Add(1)
+			c.countOut(msg)
 		default:
 			return
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 	"github.com/devicebridge/devicebridge/internal/randid"
+	"github.com/devicebridge/devicebridge/voice"
 )
 
 // TransportName is the device.Identity transport of WebSocket boards.
@@ -180,6 +181,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader already answered
 	}
 	c := newConn(wsConn, s.cfg, log)
+	if rl := s.cfg.Relay; rl.Enabled(deviceID) {
+		pv, _ := strconv.Atoi(r.Header.Get("Protocol-Version"))
+		c.voice = newVoiceLink(rl, c, voice.Board{DeviceID: deviceID, ClientID: r.Header.Get("Client-Id"),
+			ProtocolVersion: pv, Transport: TransportName}, log)
+	}
 	if !s.track(c) {
 		s.release(true)
 		c.Close(device.ErrShutdown)
@@ -189,6 +195,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The writing side: pings from a timer, a writer goroutine only while
 	// messages wait (conn.writer), and on close the close frame and the
 	// socket's close, which ends readLoop.
+	if v := c.voice; v != nil {
+		c.AfterClose(func() {
+			defer s.wg.Done()
+			v.close()
+		})
+	}
 	c.startPings(s.wg.Done)
 	go func() {
 		defer s.wg.Done()
@@ -213,9 +225,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id.HasMCP = hello.Features.MCP
 	s.accepted.Add(1)
-	if _, err := s.hub.Attach(c, id); err != nil {
+	sess, err := s.hub.Attach(c, id)
+	if err != nil {
 		// Attach closed the link with the reason; the hub logged flapping.
 		log.Debug("device not attached", zap.Error(err))
+		return
+	}
+	if c.voice != nil {
+		c.voice.attach(sess)
 	}
 }
 
@@ -255,10 +272,24 @@ func (s *Server) awaitHello(c *conn) (envelope.DeviceHello, error) {
 	c.sessionID = randid.Hex16()
 	audio := envelope.DownlinkAudio
 	reply := envelope.ServerHello{Transport: TransportName, SessionID: c.sessionID, AudioParams: &audio}.Marshal()
+	voiceFailed := false
+	if v := c.voice; v != nil {
+		// The board waits 10 s for this hello; the relay gives the
+		// upstream less (voice.hello_timeout) and answers the board
+		// itself when the upstream cannot.
+		if sh, err := v.open(v.ctx, msg); err == nil {
+			reply = v.serverHello(sh)
+		} else {
+			voiceFailed = true
+		}
+	}
 	sendCtx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()
 	if err := c.Send(sendCtx, reply); err != nil {
 		return envelope.DeviceHello{}, fmt.Errorf("sending server hello: %w", err)
+	}
+	if voiceFailed {
+		c.voice.alert()
 	}
 	return hello, nil
 }
@@ -348,6 +379,9 @@ func (s *Server) track(c *conn) bool {
 	// The pending-hello slot admit reserved now belongs to the conn.
 	c.helloPending = true
 	s.wg.Add(2) // under the lock, so Close never waits on a zero counter being raised
+	if c.voice != nil {
+		s.wg.Add(1) // the conversation's end (ServeHTTP arranges it)
+	}
 	return true
 }
 
