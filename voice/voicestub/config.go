@@ -73,7 +73,8 @@ type Config struct {
 	// MaxConns caps live WebSocket connections; past it upgrades get 503.
 	MaxConns int
 	// MaxHistory caps the connection records kept (refused attempts
-	// included) and the OTA requests kept; the oldest finished ones go.
+	// included; at least MaxConns), the OTA requests kept and the devices
+	// whose activation is tracked; the oldest finished records go.
 	MaxHistory int
 	// MaxRecords caps each list a connection records (frames, texts,
 	// sent texts, conversations, MCP replies, tools, wake words).

@@ -165,7 +165,7 @@ func (r *connRec) snapshot() Connection {
 func (s *Server) Connections() []Connection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.snapshotLocked("")
+	return s.snapshotLocked(nil)
 }
 
 // Device returns the recorded attempts whose Device-Id matches deviceID
@@ -173,13 +173,14 @@ func (s *Server) Connections() []Connection {
 func (s *Server) Device(deviceID string) []Connection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.snapshotLocked(deviceID)
+	return s.snapshotLocked(&deviceID)
 }
 
-func (s *Server) snapshotLocked(deviceID string) []Connection {
+// snapshotLocked copies the records of deviceID, or all with nil.
+func (s *Server) snapshotLocked(deviceID *string) []Connection {
 	out := []Connection{}
 	for _, r := range s.history {
-		if deviceID == "" || strings.EqualFold(r.DeviceID, deviceID) {
+		if deviceID == nil || strings.EqualFold(r.DeviceID, *deviceID) {
 			out = append(out, r.snapshot())
 		}
 	}
@@ -199,7 +200,7 @@ func (s *Server) OTARequests() []OTARequest {
 func (s *Server) Wait(ctx context.Context, cond func([]Connection) bool) error {
 	for {
 		s.mu.Lock()
-		snap := s.snapshotLocked("")
+		snap := s.snapshotLocked(nil)
 		ch := s.changed
 		s.mu.Unlock()
 		if cond(snap) {
