@@ -20,6 +20,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/frontdoor"
 	"github.com/devicebridge/devicebridge/mcpserver"
+	"github.com/devicebridge/devicebridge/ota"
 	"github.com/devicebridge/devicebridge/simulator"
 	"github.com/devicebridge/devicebridge/tracing"
 	"github.com/devicebridge/devicebridge/voice"
@@ -43,6 +44,7 @@ type Config struct {
 	MCP           MCPConfig      `yaml:"mcp"`
 	Flow          FlowConfig     `yaml:"flow"`
 	OTA           OTAConfig      `yaml:"ota"`
+	Voice         VoiceConfig    `yaml:"voice"`
 	TLS           TLSConfig      `yaml:"tls"`
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
@@ -125,6 +127,20 @@ type ControlConfig struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
+// VoiceConfig is the voice relay's section: boards keep the assistant of
+// the user's own voice server (the upstream) while the bridge drives their
+// tools. ota.go wires the OTA pass-through.
+type VoiceConfig struct {
+	// UpstreamOTA is the upstream's OTA endpoint (http or https, e.g.
+	// http://host:8002/xiaozhi/ota/); "" passes nothing through.
+	UpstreamOTA string `yaml:"upstream_ota"`
+	// OTATimeout bounds one call to it; past it the board gets the
+	// bridge's own answer.
+	OTATimeout time.Duration `yaml:"ota_timeout"`
+	// OTAMaxInFlight bounds the calls to it at once.
+	OTAMaxInFlight int `yaml:"ota_max_in_flight"`
+}
+
 // DefaultEventsReplay is control.events_replay's default.
 const DefaultEventsReplay = 1024
 
@@ -186,6 +202,7 @@ func Default() Config {
 		MCP:             defaultMCPConfig(),
 		Flow:            defaultFlowConfig(),
 		OTA:             defaultOTAConfig(),
+		Voice:           VoiceConfig{OTATimeout: ota.DefaultUpstreamTimeout, OTAMaxInFlight: ota.DefaultUpstreamMaxInFlight},
 		Auth:            defaultAuthConfig(),
 		Tracing:         tracing.Config{SampleRatio: 1, FlushInterval: tracing.DefaultFlushInterval},
 		Cluster:         ClusterConfig{OfflineAfter: cluster.DefaultOfflineAfter},
@@ -263,7 +280,7 @@ func (c Config) Validate() error {
 	if c.OTA.Enabled && c.OTA.Balance != "" && c.Cluster.NATSURL == "" {
 		errs = append(errs, fmt.Errorf("ota.balance %q spreads boards over a fleet: set cluster.nats_url (--nats) too, or leave ota.balance empty", c.OTA.Balance))
 	}
-	errs = append(errs, c.validateFront(), c.OTA.validate(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
+	errs = append(errs, c.validateFront(), c.OTA.validate(), c.validateVoiceOTA(), c.TLS.validate(), c.Auth.validate(), c.Tracing.Validate(), c.Cluster.validate())
 	return errors.Join(errs...)
 }
 
@@ -319,6 +336,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	registerDebugFlags(fs, cfg)
 	registerHTTPFlags(fs, &cfg.HTTP)
 	registerOTAFlags(fs, &cfg.OTA, &cfg.TLS)
+	registerVoiceOTAFlags(fs, &cfg.Voice)
 	registerAuthFlags(fs, &cfg.Auth)
 	registerClusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", cfg.Tracing.OTLPEndpoint, "export OpenTelemetry traces of /mcp calls to this OTLP/HTTP collector (http://host:4318); default off")

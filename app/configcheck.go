@@ -142,6 +142,9 @@ var numericKeys = map[string]numRange{
 	"ota.code_guesses_per_hour":            counts(1, 1<<20),
 	"ota.code_guesses_per_caller_per_hour": counts(1, 1<<20),
 
+	"voice.ota_timeout":       durations(100*time.Millisecond, time.Minute),
+	"voice.ota_max_in_flight": counts(1, 4096),
+
 	"auth.oauth.clock_skew":      durations(time.Second, 5*time.Minute),
 	"auth.policy_check_interval": durations(10*time.Millisecond, day),
 	"auth.audit_max_bytes":       byteSizes(64*kib, 1<<40),

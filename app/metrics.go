@@ -42,6 +42,7 @@ func (a *App) watchMetrics() {
 	a.Metrics.WatchMQTT(a.mqttStats)
 	a.Metrics.WatchWebSocket(a.wsStats)
 	a.Metrics.WatchListeners(a.listenerStats)
+	a.Metrics.WatchVoiceOTA(a.voiceOTAStats)
 }
 
 // wsStats reads the device WebSocket listener's counters.

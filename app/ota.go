@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 
+	"github.com/devicebridge/devicebridge/metrics"
 	"github.com/devicebridge/devicebridge/mqtt/broker"
 	"github.com/devicebridge/devicebridge/ota"
 	"go.uber.org/zap"
@@ -118,7 +119,7 @@ func (a *App) newOTA() error {
 	if !a.cfg.OTA.Enabled {
 		return nil
 	}
-	s, err := ota.New(a.cfg.OTA.Config, a.otaNetwork, a.log.Named("ota"))
+	s, err := ota.New(a.otaConfig(), a.otaNetwork, a.log.Named("ota"))
 	if err != nil {
 		return err
 	}
@@ -137,6 +138,40 @@ func (a *App) newOTA() error {
 	a.cfg.WebSocket.Issued = s
 	a.cfg.WebSocket.RequireToken = s.RequireCredentials()
 	return nil
+}
+
+// otaConfig is the ota package's configuration: the ota: section, and
+// the voice: section's pass-through to the voice upstream.
+func (a *App) otaConfig() ota.Config {
+	c := a.cfg.OTA.Config
+	c.Upstream = ota.Upstream{URL: a.cfg.Voice.UpstreamOTA, Timeout: a.cfg.Voice.OTATimeout, MaxInFlight: a.cfg.Voice.OTAMaxInFlight}
+	return c
+}
+
+// validateVoiceOTA checks the pass-through's URL; it needs the OTA
+// endpoint, which is what boards call.
+func (c Config) validateVoiceOTA() error {
+	if c.Voice.UpstreamOTA == "" {
+		return nil
+	}
+	if !c.OTA.Enabled {
+		return errors.New("voice.upstream_ota (--voice-upstream-ota) passes the boards' OTA calls through: it needs ota.enabled (--ota)")
+	}
+	return ota.Upstream{URL: c.Voice.UpstreamOTA}.Validate()
+}
+
+func registerVoiceOTAFlags(fs *flag.FlagSet, c *VoiceConfig) {
+	fs.StringVar(&c.UpstreamOTA, "voice-upstream-ota", c.UpstreamOTA, "the voice upstream's OTA URL (http://host:8002/xiaozhi/ota/): admitted boards' OTA calls and activation polls are passed on, and its activation code, firmware and server_time merged into the bridge's answer (voice.upstream_ota)")
+	fs.DurationVar(&c.OTATimeout, "voice-ota-timeout", c.OTATimeout, "bound on one call to the voice upstream's OTA URL; past it the board gets the bridge's own answer (voice.ota_timeout)")
+}
+
+// voiceOTAStats reads the OTA pass-through's counters, when it runs.
+func (a *App) voiceOTAStats() (metrics.VoiceOTAStats, bool) {
+	if a.ota == nil {
+		return metrics.VoiceOTAStats{}, false
+	}
+	st, ok := a.ota.UpstreamStats()
+	return metrics.VoiceOTAStats{Requests: st.Requests, Errors: st.Errors}, ok
 }
 
 // OTA returns the OTA server, or nil when it is off.

@@ -15,9 +15,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -555,4 +557,89 @@ func TestOTABoundsConfig(t *testing.T) {
 		_, err := ParseArgs("bridge", []string{"--config", path})
 		assert.ErrorContains(t, err, want, yaml)
 	}
+}
+
+// TestOTAVoiceUpstreamPassThrough: with voice.upstream_ota set, a board
+// booting through the bridge shows the voice upstream's activation code,
+// its activation polls reach the upstream (202, then 200 once bound), and
+// it then connects to the bridge, never to the upstream; the calls are
+// counted in /metrics.
+func TestOTAVoiceUpstreamPassThrough(t *testing.T) {
+	leakCheck(t)
+	const mac, code = "02:00:09:00:00:21", "482913"
+	var mu sync.Mutex
+	var polls int
+	var paths []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.Path)
+		assert.Equal(t, mac, r.Header.Get("Device-Id"))
+		if r.URL.Path == "/xiaozhi/ota/activate" {
+			if polls++; polls < 2 {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			_, _ = io.WriteString(w, "success")
+			return
+		}
+		answer := `{"server_time":{"timestamp":1754611200000,"timezone_offset":480},"firmware":{"version":"v9","url":"http://voice.example/fw.bin"},` +
+			`"websocket":{"url":"ws://voice.example:8000/xiaozhi/v1/","token":"voice-token"}`
+		if polls < 2 {
+			answer += `,"activation":{"code":"` + code + `","message":"bind me","challenge":"ch"}`
+		}
+		_, _ = io.WriteString(w, answer+"}")
+	}))
+	t.Cleanup(upstream.Close)
+
+	a := startOTABridge(t, func(c *Config) {
+		c.MQTT.Listen = "" // WebSocket boards
+		c.Voice.UpstreamOTA = upstream.URL + "/xiaozhi/ota/"
+	})
+	b := newBoard(t, mac, "breadboard")
+	res, _ := bootOTA(t, b, simulator.OTAConfig{URL: a.OTAURL(), ActivationPending: 10 * time.Millisecond, ActivationRetry: 10 * time.Millisecond})
+	assert.Equal(t, 1, res.Activations)
+	assert.Equal(t, code, res.ActivationCode, "the voice upstream's code on the board's screen")
+	require.Equal(t, "websocket", res.Transport)
+	assert.Equal(t, a.DeviceURL(), res.WebSocketURL, "the board connects to the bridge")
+	assert.NotEqual(t, "voice-token", res.WebSocketToken)
+	require.Eventually(t, func() bool { return hubReady(a.App, mac) }, mqttWait, 10*time.Millisecond)
+
+	mu.Lock()
+	assert.Equal(t, []string{"/xiaozhi/ota/", "/xiaozhi/ota/activate", "/xiaozhi/ota/activate", "/xiaozhi/ota/"}, paths)
+	mu.Unlock()
+	metricsURL := "http://" + a.ControlAddr().String() + "/metrics"
+	assert.Equal(t, 4.0, scrape(t, metricsURL, "devicebridge_voice_ota_upstream_requests_total"))
+	// The upstream's "v9" would abort the board: dropped, twice.
+	assert.Equal(t, 2.0, scrape(t, metricsURL, `devicebridge_voice_ota_upstream_errors_total{reason="unsafe"}`))
+	assert.Zero(t, scrape(t, metricsURL, `devicebridge_voice_ota_upstream_errors_total{reason="unreachable"}`))
+	a.assertNoSecrets(t, code, res.WebSocketToken)
+}
+
+// TestVoiceOTAConfig: voice.upstream_ota and voice.ota_timeout come from
+// the file and the flags, and a URL the bridge cannot call, or one without
+// the OTA endpoint, stops the start naming the key.
+func TestVoiceOTAConfig(t *testing.T) {
+	cfg, err := ParseArgs("bridge", nil)
+	require.NoError(t, err)
+	assert.Equal(t, VoiceConfig{OTATimeout: ota.DefaultUpstreamTimeout, OTAMaxInFlight: ota.DefaultUpstreamMaxInFlight}, cfg.Voice)
+
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("voice:\n  upstream_ota: http://voice:8002/xiaozhi/ota/\n  ota_timeout: 2s\n  ota_max_in_flight: 8\n"), 0o600))
+	cfg, err = ParseArgs("bridge", []string{"--config", path})
+	require.NoError(t, err)
+	assert.Equal(t, VoiceConfig{UpstreamOTA: "http://voice:8002/xiaozhi/ota/", OTATimeout: 2 * time.Second, OTAMaxInFlight: 8}, cfg.Voice)
+
+	cfg, err = ParseArgs("bridge", []string{"--config", path, "--voice-upstream-ota", "https://voice.example/xiaozhi/ota/", "--voice-ota-timeout", "750ms"})
+	require.NoError(t, err)
+	assert.Equal(t, "https://voice.example/xiaozhi/ota/", cfg.Voice.UpstreamOTA)
+	assert.Equal(t, 750*time.Millisecond, cfg.Voice.OTATimeout)
+
+	_, err = ParseArgs("bridge", []string{"--voice-upstream-ota", "voice:8002/xiaozhi/ota/"})
+	assert.ErrorContains(t, err, "voice.upstream_ota")
+	_, err = ParseArgs("bridge", []string{"--voice-upstream-ota", "http://voice:8002/xiaozhi/ota/", "--ota=false"})
+	assert.ErrorContains(t, err, "needs ota.enabled")
+	_, err = ParseArgs("bridge", []string{"--voice-ota-timeout", "0s"})
+	assert.ErrorContains(t, err, "voice.ota_timeout 0s: use a duration from 100ms to 1m")
 }

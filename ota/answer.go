@@ -49,11 +49,12 @@ type Firmware struct {
 
 // Activation asks the board to show Code and to poll <ota>/activate until
 // an operator approves it. Challenge must be present: without it the board
-// does not poll at all.
+// does not poll at all. The bridge's own sets all three; one passed on
+// from a voice upstream (upstream.go) carries what the upstream sent.
 type Activation struct {
-	Message   string `json:"message"`
-	Code      string `json:"code"`
-	Challenge string `json:"challenge"`
+	Message   string `json:"message,omitempty"`
+	Code      string `json:"code,omitempty"`
+	Challenge string `json:"challenge,omitempty"`
 }
 
 // WebSocket is the websocket object: where to connect, with which token.

@@ -33,6 +33,13 @@
 // recorded, and wrong activation codes on the approve route. The bounds
 // apply to the stored state when it is loaded too.
 //
+// With a voice upstream (Config.Upstream, upstream.go), the boot calls and
+// activation polls of admitted boards are passed on to the user's own
+// voice server's OTA endpoint: its activation, firmware and server_time
+// are merged into the bridge's answer, each checked against the same
+// crash rules, while the transport and credentials stay the bridge's. An
+// upstream that fails leaves the board the bridge's own answer.
+//
 // The protocol gives a board no secret before its first OTA call. Where
 // credentials are required, the OTA call binds them to the Client-Id (the
 // UUID in the board's NVS) the board first registers with: trust on first

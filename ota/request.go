@@ -108,15 +108,32 @@ func badRequest(format string, args ...any) error {
 // relies on: a MAC to name the board, an object body, sane identifiers.
 // Errors wrap ErrBadRequest and say what is wrong.
 func ParseRequest(r *http.Request, maxBody int64) (Request, error) {
+	req, _, err := readRequest(r, maxBody)
+	return req, err
+}
+
+// readRequest is ParseRequest that also returns the body as the board
+// sent it (to pass it on to a voice upstream).
+func readRequest(r *http.Request, maxBody int64) (Request, []byte, error) {
+	body, err := readBody(r, maxBody)
+	if err != nil {
+		return Request{}, nil, err
+	}
+	req, err := parse(r.Header, body)
+	return req, body, err
+}
+
+// readBody reads a request body of at most maxBody bytes (0: the default).
+func readBody(r *http.Request, maxBody int64) ([]byte, error) {
 	maxBody = cmp.Or(max(maxBody, 0), DefaultMaxBodyBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		return Request{}, badRequest("reading the body: %v", err)
+		return nil, badRequest("reading the body: %v", err)
 	}
 	if int64(len(body)) > maxBody {
-		return Request{}, badRequest("body larger than %d bytes", maxBody)
+		return nil, badRequest("body larger than %d bytes", maxBody)
 	}
-	return parse(r.Header, body)
+	return body, nil
 }
 
 func parse(h http.Header, body []byte) (Request, error) {

@@ -120,6 +120,11 @@ type Config struct {
 	// answered 429; approval by MAC still works.
 	CodeGuessesPerHour          int `yaml:"code_guesses_per_hour"`
 	CodeGuessesPerCallerPerHour int `yaml:"code_guesses_per_caller_per_hour"`
+
+	// Upstream passes boot calls and activation polls through to a voice
+	// upstream's OTA endpoint (upstream.go). Its keys live in the
+	// bridge's voice: section, which sets it.
+	Upstream Upstream `yaml:"-"`
 }
 
 // Defaults of the bounds in Config; the store's are DefaultMaxPending,
@@ -176,6 +181,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxAddresses = cmp.Or(max(c.MaxAddresses, 0), DefaultMaxAddresses)
 	c.CodeGuessesPerHour = cmp.Or(max(c.CodeGuessesPerHour, 0), DefaultCodeGuessesPerHour)
 	c.CodeGuessesPerCallerPerHour = cmp.Or(max(c.CodeGuessesPerCallerPerHour, 0), DefaultCodeGuessesPerCallerPerHour)
+	if c.Upstream.URL != "" {
+		c.Upstream = c.Upstream.withDefaults()
+	}
 	return c
 }
 
@@ -225,6 +233,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.ActivationMessage) > 200 {
 		errs = append(errs, errors.New("ota.activation_message: at most 200 bytes"))
+	}
+	if err := c.Upstream.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, c.validateBounds())...)
 }
@@ -305,6 +316,12 @@ type Server struct {
 	warnLimited, warnConflict, warnForeign, warnAllowlist, warnGuess, infoWrongCode, infoBadRequest logthrottle.Throttle
 	warnPendingFull, warnStoreFull, warnUnrecorded, errUnsafeAnswer                                 logthrottle.Throttle
 	infoWaiting, infoAnswered                                                                       logthrottle.Throttle
+
+	// up is the voice upstream's OTA endpoint, nil without one; its
+	// failures, busy refusals and dropped pieces have a throttle each, so
+	// that a flood of one hides no line of another.
+	up                                                       *upstream
+	warnUpstreamFailed, warnUpstreamBusy, warnUpstreamUnsafe logthrottle.Throttle
 }
 
 // New opens the store and the secret. network is called on every request.
@@ -357,13 +374,34 @@ func New(cfg Config, network func() Network, logger *zap.Logger) (*Server, error
 	for m, t := range cfg.Transports {
 		s.override[device.NormalizeID(m)] = t
 	}
+	if cfg.Upstream.URL != "" {
+		if s.up, err = newUpstream(cfg.Upstream); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
 // Close writes what the admission state holds that is not on disk yet
-// (see Store) and stops the store's writer. Call it once the listeners no
-// longer serve OTA requests; it may be called more than once.
-func (s *Server) Close() error { return s.store.Close() }
+// (see Store) and stops the store's writer, and closes the idle
+// connections to the voice upstream. Call it once the listeners no longer
+// serve OTA requests; it may be called more than once.
+func (s *Server) Close() error {
+	if s.up != nil {
+		s.up.close()
+	}
+	return s.store.Close()
+}
+
+// UpstreamStats reads the OTA pass-through's counters; ok is false when
+// no voice upstream is configured.
+func (s *Server) UpstreamStats() (st UpstreamStats, ok bool) {
+	if s.up == nil {
+		return UpstreamStats{}, false
+	}
+	return s.up.stats(), true
+}
 
 // SetPlacement sets how boards are spread over a fleet's nodes; it is used
 // only with Config.Balance set. nil keeps every board on this node.
@@ -599,6 +637,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "websocket url: %s\n", s.websocketURL(r, n))
 	fmt.Fprintf(w, "admission: %s\n", admission)
+	if s.up != nil {
+		// Not where: the page is open to anyone who reaches the listener.
+		fmt.Fprintf(w, "voice upstream: boot calls and activation polls of admitted boards are passed on to it\n")
+	}
 	fmt.Fprintf(w, "boards seen: %d\n", c.Devices)
 }
 
@@ -611,7 +653,7 @@ func (s *Server) selfURL(r *http.Request, n Network) string {
 }
 
 func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
-	req, err := ParseRequest(r, s.cfg.MaxBodyBytes)
+	req, raw, err := readRequest(r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.infoBadRequest.Info(s.log, "refused OTA request", zap.String("remote", r.RemoteAddr), clip.Error(err))
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -677,6 +719,18 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 			ans.WebSocket = &WebSocket{URL: u, Token: s.creds.WebSocketToken(req.DeviceID), Version: 1}
 		}
 	}
+	// Only a board the bridge admits is passed on to the voice upstream:
+	// one still waiting for the bridge's own approval is anyone who
+	// claims a MAC, and shows the bridge's code.
+	var upstreamFields []zap.Field
+	if transport != "" && s.up != nil {
+		var outcome string
+		var gone bool
+		if ans, outcome, gone = s.passThrough(r, raw, req, ans, log); gone {
+			return
+		}
+		upstreamFields = append(upstreamFields, zap.String("voice_upstream", outcome))
+	}
 	body, err := ans.Marshal(req.Firmware)
 	if err != nil {
 		// Sending it could crash or brick the board; a 500 only makes it
@@ -687,8 +741,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 	}
 	if transport != "" {
 		s.store.SetTransport(req.DeviceID, transport)
-		s.infoAnswered.Info(log, "OTA answered", zap.String("transport", transport), zap.String("board", req.Board),
-			zap.String("firmware", req.Firmware), zap.String("client_id", req.ClientID))
+		s.infoAnswered.Info(log, "OTA answered", append([]zap.Field{zap.String("transport", transport), zap.String("board", req.Board),
+			zap.String("firmware", req.Firmware), zap.String("client_id", req.ClientID)}, upstreamFields...)...)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
@@ -741,8 +795,18 @@ func (s *Server) serveActivate(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is {} or a serial-number HMAC over the challenge; the
 	// bridge cannot check the latter (the key is in the board's eFuse),
-	// so approval by an operator is what admits a board.
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
+	// so approval by an operator is what admits a board. A voice upstream
+	// gets it as sent: the challenge was its own.
+	var body []byte
+	if s.up != nil {
+		var err error
+		if body, err = readBody(r, s.cfg.MaxBodyBytes); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	} else {
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
+	}
 	mac := r.Header.Get("Device-Id")
 	if _, ok := device.MACDigits(mac); !ok {
 		http.Error(w, "missing or invalid Device-Id header", http.StatusBadRequest)
@@ -759,8 +823,111 @@ func (s *Server) serveActivate(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"status":"pending"}`)
 		return
 	}
+	if s.up != nil {
+		// Admitted here: the board polls for the upstream's activation.
+		s.forwardActivate(w, r, body, s.log.With(zap.String("device_id", id), zap.String("remote", r.RemoteAddr)))
+		return
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, `{"status":"activated"}`)
+}
+
+// passThrough forwards a board's boot call to the voice upstream and
+// returns own, the bridge's answer, with what the board may take from the
+// upstream's merged in (see merge). Whatever fails, the board gets own and
+// boots: outcome says what happened ("merged" or an Upstream* reason).
+// gone reports that the board's request ended meanwhile.
+func (s *Server) passThrough(r *http.Request, body []byte, req Request, own Answer, log *zap.Logger) (ans Answer, outcome string, gone bool) {
+	top, err := s.up.fetchAnswer(r, body)
+	if errors.Is(err, errBoardGone) {
+		return own, "", true
+	}
+	if err != nil {
+		return own, s.upstreamFailed(log, err, "the board gets the bridge's own answer"), false
+	}
+	merged := own
+	if dropped := merge(&merged, top, req.Firmware, s.cfg.TimezoneOffset); len(dropped) > 0 {
+		for range dropped {
+			s.up.count(UpstreamUnsafe)
+		}
+		s.warnUpstreamUnsafe.Warn(log, "voice upstream OTA answer: pieces that would break or flash the board were dropped; the rest is passed on",
+			zap.String("upstream", s.up.shown), clip.Error(errors.Join(dropped...)))
+	}
+	// merge checks each piece; this checks them together, as sent.
+	if _, err := merged.Marshal(req.Firmware); err != nil {
+		s.up.count(UpstreamUnsafe)
+		s.warnUpstreamUnsafe.Warn(log, "voice upstream OTA answer would break the board once merged; the board gets the bridge's own answer",
+			zap.String("upstream", s.up.shown), zap.Error(err))
+		return own, UpstreamUnsafe, false
+	}
+	return merged, "merged", false
+}
+
+// forwardActivate passes an admitted board's activation poll to the
+// voice upstream and the upstream's 200 or 202 back. When the upstream
+// cannot say, the board gets a status it retries on (any but 200): 503
+// when too many calls are in flight, 504 past the timeout, 502 otherwise.
+func (s *Server) forwardActivate(w http.ResponseWriter, r *http.Request, body []byte, log *zap.Logger) {
+	status, _, err := s.up.call(r, s.up.activate, body)
+	if errors.Is(err, errBoardGone) {
+		return
+	}
+	if err != nil {
+		switch s.upstreamFailed(log, err, "the board polls again") {
+		case UpstreamBusy:
+			w.Header().Set("Retry-After", "10")
+			http.Error(w, "the voice upstream has too many calls in flight; retry", http.StatusServiceUnavailable)
+		case UpstreamTimeout:
+			http.Error(w, "the voice upstream did not answer in time; retry", http.StatusGatewayTimeout)
+		default:
+			http.Error(w, "the voice upstream could not be asked; retry", http.StatusBadGateway)
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case status == http.StatusOK:
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"status":"activated"}`)
+	case status == http.StatusAccepted:
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"status":"pending"}`)
+	default:
+		s.upstreamFailed(log, &upstreamError{reason: UpstreamStatus, status: status}, "the board polls again")
+		// An error status tells the board what the upstream said; any
+		// other (a redirect, another 2xx) would mean nothing to it.
+		code := status
+		if code < 400 || code > 599 {
+			code = http.StatusBadGateway
+		}
+		w.WriteHeader(code)
+		_, _ = fmt.Fprintf(w, `{"status":"upstream_error","upstream_status":%d}`, status)
+	}
+}
+
+// upstreamFailed counts a failed call to the voice upstream and says so,
+// throttled, with what the board gets instead (then); it returns the
+// reason.
+func (s *Server) upstreamFailed(log *zap.Logger, err error, then string) string {
+	var ue *upstreamError
+	if !errors.As(err, &ue) {
+		ue = &upstreamError{reason: UpstreamUnreachable, err: err}
+	}
+	s.up.count(ue.reason)
+	if ue.reason == UpstreamBusy {
+		s.warnUpstreamBusy.Warn(log, "voice upstream OTA not asked: voice.ota_max_in_flight calls are in flight already; "+then,
+			zap.Int("max_in_flight", s.up.cfg.MaxInFlight))
+		return ue.reason
+	}
+	fields := []zap.Field{zap.String("reason", ue.reason), zap.String("upstream", s.up.shown)}
+	if ue.status != 0 {
+		fields = append(fields, zap.Int("status", ue.status))
+	}
+	if ue.err != nil {
+		fields = append(fields, clip.Error(ue.err))
+	}
+	s.warnUpstreamFailed.Warn(log, "voice upstream OTA failed; "+then, fields...)
+	return ue.reason
 }
 
 // transportFor picks a board's transport: its override, else the
