@@ -49,8 +49,6 @@ type Config struct {
 	Auth          AuthConfig     `yaml:"auth"`
 	Tracing       tracing.Config `yaml:"tracing"`
 	Cluster       ClusterConfig  `yaml:"cluster"`
-	// Voice relays boards' conversations to the user's voice server.
-	Voice VoiceConfig `yaml:"voice"`
 	// HTTP bounds the HTTP listeners (http.go).
 	HTTP HTTPConfig `yaml:"http"`
 	// ShutdownTimeout bounds the ordered shutdown.
@@ -64,12 +62,6 @@ type Config struct {
 	// or mqtt.broker (ParseArgs): MQTT was asked for, even at the default
 	// address. See mqttRequested.
 	mqttAsked bool
-}
-
-// VoiceConfig is the voice section: the relay (voice.Config) and the OTA
-// pass-through toward the same server.
-type VoiceConfig struct {
-	voice.Config `yaml:",inline"`
 }
 
 // LogConfig selects the zap encoder and level, and bounds the log
@@ -129,8 +121,10 @@ type ControlConfig struct {
 
 // VoiceConfig is the voice relay's section: boards keep the assistant of
 // the user's own voice server (the upstream) while the bridge drives their
-// tools. ota.go wires the OTA pass-through.
+// tools. voice.go wires the relay (voice.Config), ota.go the OTA
+// pass-through.
 type VoiceConfig struct {
+	voice.Config `yaml:",inline"`
 	// UpstreamOTA is the upstream's OTA endpoint (http or https, e.g.
 	// http://host:8002/xiaozhi/ota/); "" passes nothing through.
 	UpstreamOTA string `yaml:"upstream_ota"`
