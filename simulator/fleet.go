@@ -183,6 +183,10 @@ func (f *Fleet) Stats() FleetStats {
 		fs.RepliesLost += s.RepliesLost
 		fs.TasksDiscarded += s.TasksDiscarded
 		fs.Reboots += s.Reboots
+		fs.AudioSent += s.AudioSent
+		fs.AudioDropped += s.AudioDropped
+		fs.Conversations += s.Conversations
+		fs.ConversationErrors += s.ConversationErrors
 	}
 	return fs
 }
