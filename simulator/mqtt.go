@@ -825,6 +825,6 @@ func (f *Fleet) runBoardMQTT(ctx context.Context, b *Board, mc MQTTConfig) error
 				b.log.Warn("opening the audio channel failed", zap.Error(herr))
 			}
 		}
-		return c.Serve(ctx)
+		return f.serveConversing(ctx, b, c.Serve)
 	})
 }
