@@ -154,7 +154,7 @@ type Conversation struct {
 	// recording bounds (65536 entries per list, 64 MiB in all).
 	Unrecorded int
 
-	bytes int
+	recordedBytes int
 }
 
 // AudioFrame is one downlink audio packet.
@@ -278,11 +278,11 @@ func (r *convRun) signal() {
 // record appends v to list unless a bound is reached, counting size bytes
 // against the conversation's total.
 func record[T any](c *Conversation, list *[]T, v T, size int) {
-	if len(*list) >= maxRecorded || c.bytes+size > maxRecordedBytes {
+	if len(*list) >= maxRecorded || c.recordedBytes+size > maxRecordedBytes {
 		c.Unrecorded++
 		return
 	}
-	c.bytes += size
+	c.recordedBytes += size
 	*list = append(*list, v)
 }
 
@@ -368,7 +368,8 @@ func (s *session) handleConversationMessage(typ string, root *jsonValue) {
 }
 
 // handleAudio plays one downlink packet: only while speaking, and only if
-// the decode queue has room. frameMS is the server's frame duration.
+// the decode queue has room, which drains one packet per frame_duration of
+// the server hello.
 func (s *session) handleAudio(f AudioFrame, malformed bool) {
 	_, frameMS := s.b.ServerAudioParams() // b.mu before audio.mu, never under it
 	frame := time.Duration(frameMS) * time.Millisecond
@@ -646,8 +647,9 @@ func (b *Board) deviceMessage(fields string) string {
 //   - then the server's answer: stt, llm, tts start, tts sentence_start,
 //     downlink audio, tts stop. The turn ends at tts stop.
 //
-// It returns the Conversation, also with an error, holding what was
-// recorded until then. Errors: ErrServerGoodbye, ErrReplyTimeout, the
+// Once the conversation has started (after the MQTT hello), it returns
+// the Conversation even with an error, holding what was recorded until
+// then. Errors: ErrServerGoodbye, ErrReplyTimeout, the
 // connection's end (wrapping its cause: ErrConnectionLost,
 // ErrServerClosed, ...), ctx's error, ErrConversationBusy, ErrNotConnected,
 // or an options error. One conversation runs at a time per board.
