@@ -135,11 +135,19 @@ type Stats struct {
 	RepliesLost    uint64 // messages that could not be sent: link gone or frame too large
 	TasksDiscarded uint64 // main-task work dropped because its link ended or the queue was full
 	Reboots        uint64 // reboots, crashes included
+	AudioSent      uint64 // uplink audio packets sent (WebSocket binary frames or UDP datagrams)
+	// AudioDropped counts downlink audio the board did not play: it came
+	// while not speaking, the decode queue was full, or (UDP) the datagram
+	// failed the board's checks.
+	AudioDropped       uint64
+	Conversations      uint64 // conversations (Converse) that ended with the server's tts stop
+	ConversationErrors uint64 // conversations that ended any other way
 }
 
 type boardStats struct {
 	connects, textReceived, binaryReceived, messagesSent, callsRun atomic.Uint64
 	mcpDropped, ignored, repliesLost, tasksDiscarded, reboots      atomic.Uint64
+	audioSent, audioDropped, conversations, conversationErrors     atomic.Uint64
 }
 
 // Board is one simulated xiaozhi-esp32 board. Its identity, tool state and
@@ -179,6 +187,8 @@ type Board struct {
 	stats boardStats
 	// mcpSilent drops every MCP request without a reply (SilenceMCP).
 	mcpSilent atomic.Bool
+	// conversing is set while Converse runs: one conversation at a time.
+	conversing atomic.Bool
 
 	connectMu sync.Mutex // serialises connection attempts
 	linkMu    sync.Mutex // guards cur and mqtt
@@ -331,6 +341,11 @@ func (b *Board) Stats() Stats {
 		RepliesLost:    s.repliesLost.Load(),
 		TasksDiscarded: s.tasksDiscarded.Load(),
 		Reboots:        s.reboots.Load(),
+
+		AudioSent:          s.audioSent.Load(),
+		AudioDropped:       s.audioDropped.Load(),
+		Conversations:      s.conversations.Load(),
+		ConversationErrors: s.conversationErrors.Load(),
 	}
 }
 
@@ -412,6 +427,9 @@ type session struct {
 	timersMu sync.Mutex
 	timers   map[*time.Timer]struct{}
 	ended    bool
+
+	// audio is the application's audio state (conversation.go).
+	audio audioState
 }
 
 func newSession(b *Board, l link, log *zap.Logger) *session {
@@ -479,6 +497,7 @@ func (s *session) sendText(msg string) {
 // check. It runs on the link's reader goroutine.
 func (s *session) handleText(data []byte) {
 	s.b.stats.textReceived.Add(1)
+	s.recordText(data)
 	root, ok := parseCJSON(data)
 	if !ok {
 		s.ignore("unparsable json")
@@ -511,9 +530,7 @@ func (s *session) handleText(data []byte) {
 		}
 		s.handleMCP(payload)
 	case "tts", "stt", "llm", "alert":
-		// Conversation messages change the screen and the audio state of
-		// a real board; the simulator has neither, so it only logs them.
-		s.log.Debug("conversation message", zap.String("type", typ.str))
+		s.handleConversationMessage(typ.str, root)
 	case "system":
 		cmd := root.get("command")
 		if cmd.isString() && cmd.str == "reboot" {

@@ -41,17 +41,37 @@
 //	b.Close()           // idempotent; waits for the connection's goroutines
 //
 // The board closes connections the firmware way: TCP close, no close frame.
-// It answers pings, never sends them, and counts downlink audio frames
-// without decoding them. Fleet and RunFleet keep many boards connected,
-// with deterministic MACs and optional reconnect backoff.
+// It answers pings and never sends them. Fleet and RunFleet keep many
+// boards connected, with deterministic MACs and optional reconnect backoff.
+//
+// # Conversations
+//
+// Board.Converse holds a voice conversation on the live connection, as
+// the firmware does (listen detect, listen start, 60 ms Opus packets,
+// listen stop in manual mode, then the server's stt, llm, tts and audio
+// until tts stop), and returns a Conversation: what the board heard and
+// the downlink payloads it played, with arrival times.
+//
+//	c, err := b.Converse(ctx, simulator.ConverseOptions{Frames: 50, Pace: 60 * time.Millisecond})
+//
+// Uplink payloads are given (DefaultPayload, or ConverseOptions.Payload),
+// not encoded: the board has no microphone. On WebSocket they go framed in
+// the connection's binary protocol version; over MQTT the audio channel is
+// opened first if needed, and the packets go as AES-128-CTR datagrams.
+// Whatever the connection, downlink audio plays only while the board is
+// speaking (between tts start and tts stop), through a model of the
+// firmware's 40-packet decode queue, and UDP datagrams must pass the
+// firmware's checks (type 0x01, exact length, rising sequence, from the
+// hello's server:port); the rest is counted as dropped. FleetConfig.Converse
+// makes every board of a fleet talk after each connect.
 //
 // # Lock order
 //
 // Board.connectMu is held for a whole connection attempt (closing the
 // previous link and waiting for its goroutines); Board.linkMu and Board.mu
 // are taken under it. Board.linkMu, Board.mu, the main task's mu, a
-// session's timersMu and MQTTConn.chMu are leaves, and a link's goroutines
-// never take connectMu.
+// session's timersMu and audio.mu, and MQTTConn.chMu are leaves, and a
+// link's goroutines never take connectMu.
 //
 // # Profiles
 //

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/devicebridge/devicebridge/internal/clip"
 	"github.com/devicebridge/devicebridge/internal/ctxtime"
 	"github.com/devicebridge/devicebridge/internal/logthrottle"
 )
@@ -66,6 +67,12 @@ type FleetConfig struct {
 	// Board is the template for each board's Config. MAC, ClientID,
 	// Profile, Token and Logger are filled in per board.
 	Board Config
+	// Converse, when set, makes every board hold a conversation
+	// (Board.Converse with these options) right after each connect, and
+	// again every ConverseEvery while connected (0: once per connection).
+	// Each ends in one info line: what the board heard, and the frames.
+	Converse      *ConverseOptions
+	ConverseEvery time.Duration
 	// Logger receives fleet and board logs; nil means no logging.
 	Logger *zap.Logger
 }
@@ -83,6 +90,8 @@ type Fleet struct {
 	// reason worth a look (a refused token, no hello, a board crash): one
 	// line at once, then one per interval with the count left out.
 	failures logthrottle.Throttle
+	// convFailures throttles the warning for failed conversations alike.
+	convFailures logthrottle.Throttle
 }
 
 // FleetStats sums the boards' counters.
@@ -112,6 +121,13 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Converse != nil {
+		o := *cfg.Converse
+		if _, err := o.normalize(""); err != nil {
+			return nil, err
+		}
+		cfg.Converse = &o
+	}
 	prefix, err := parseMACPrefix(cfg.MACPrefix)
 	if err != nil {
 		return nil, err
@@ -123,6 +139,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 
 	f := &Fleet{cfg: cfg, log: cfg.Logger.Named("fleet"), retries: map[string]int{}}
 	f.failures.SetInterval(cfg.SummaryInterval)
+	f.convFailures.SetInterval(cfg.SummaryInterval)
 	for i := 1; i <= cfg.Count; i++ {
 		var mac [6]byte
 		copy(mac[:], prefix)
@@ -183,6 +200,10 @@ func (f *Fleet) Stats() FleetStats {
 		fs.RepliesLost += s.RepliesLost
 		fs.TasksDiscarded += s.TasksDiscarded
 		fs.Reboots += s.Reboots
+		fs.AudioSent += s.AudioSent
+		fs.AudioDropped += s.AudioDropped
+		fs.Conversations += s.Conversations
+		fs.ConversationErrors += s.ConversationErrors
 	}
 	return fs
 }
@@ -243,8 +264,63 @@ func (f *Fleet) runBoard(ctx context.Context, b *Board) error {
 		if err := b.ConnectWebSocket(ctx, f.cfg.URL); err != nil {
 			return err
 		}
-		return b.Serve(ctx)
+		return f.serveConversing(ctx, b, b.Serve)
 	})
+}
+
+// serveConversing runs serve and, when the fleet converses, the board's
+// conversations beside it until serve returns.
+func (f *Fleet) serveConversing(ctx context.Context, b *Board, serve func(context.Context) error) error {
+	if f.cfg.Converse == nil {
+		return serve(ctx)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.converse(cctx, b)
+	}()
+	err := serve(ctx)
+	cancel()
+	<-done
+	return err
+}
+
+// converse holds the board's conversations until ctx ends: one at once,
+// then one every ConverseEvery.
+func (f *Fleet) converse(ctx context.Context, b *Board) {
+	for {
+		c, err := b.Converse(ctx, *f.cfg.Converse)
+		if ctx.Err() != nil {
+			return
+		}
+		f.logConversation(b, c, err)
+		if f.cfg.ConverseEvery <= 0 || !ctxtime.Sleep(ctx, f.cfg.ConverseEvery) {
+			return
+		}
+	}
+}
+
+// logConversation sums up one conversation in one line: at info when the
+// server answered, else a warning throttled across the fleet.
+func (f *Fleet) logConversation(b *Board, c *Conversation, err error) {
+	if err != nil {
+		f.convFailures.Warn(b.log, "conversation failed", zap.Error(err))
+		return
+	}
+	fields := []zap.Field{
+		clip.Field("stt", strings.Join(c.STT, " ")),
+		clip.Field("tts", strings.Join(c.Sentences, " ")),
+		zap.Int("uplink_frames", c.UplinkSent),
+		zap.Int("downlink_frames", len(c.Audio)),
+	}
+	if n := c.Dropped + c.QueueDropped + c.Rejected; n > 0 {
+		fields = append(fields, zap.Int("downlink_dropped", n))
+	}
+	if len(c.Audio) > 0 {
+		fields = append(fields, zap.Duration("first_audio_after", c.Audio[0].At.Sub(c.UplinkDone)))
+	}
+	b.log.Info("conversation", fields...)
 }
 
 // keepConnected runs one connection at a time (connect and serve until it

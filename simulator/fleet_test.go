@@ -204,3 +204,51 @@ func TestReconnectReason(t *testing.T) {
 	}
 	assert.ErrorIs(t, &otaStatusError{status: 503}, ErrOTAStatus)
 }
+
+// TestFleetConverses: with Converse set, every board holds a conversation
+// after connecting and again every ConverseEvery, and each one is summed
+// up in an info line.
+func TestFleetConverses(t *testing.T) {
+	ts := newTestServer(t, func(ts *testServer) { ts.auto, ts.voice = true, true })
+	core, logs := observer.New(zapcore.InfoLevel)
+	f, err := NewFleet(FleetConfig{
+		URL:           ts.url,
+		Profile:       mustProfile(t, "breadboard"),
+		Count:         2,
+		Converse:      &ConverseOptions{Frames: 2},
+		ConverseEvery: 5 * time.Millisecond,
+		Logger:        zap.New(core),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		for _, b := range f.Boards() {
+			if b.Stats().Conversations < 2 {
+				return false
+			}
+		}
+		return true
+	}, waitTimeout, time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitTimeout):
+		t.Fatal("fleet did not stop")
+	}
+	lines := logs.FilterMessage("conversation").All()
+	require.NotEmpty(t, lines)
+	fields := lines[0].ContextMap()
+	assert.Equal(t, "hello", fields["stt"])
+	assert.Equal(t, "hi there", fields["tts"])
+	assert.EqualValues(t, 1, fields["downlink_frames"])
+	// The answer comes after the first frame; the second may be out by then.
+	assert.Contains(t, []int64{1, 2}, fields["uplink_frames"])
+	assert.Zero(t, logs.FilterMessage("conversation failed").Len())
+
+	_, err = NewFleet(FleetConfig{URL: ts.url, Profile: mustProfile(t, "breadboard"), Count: 1, Converse: &ConverseOptions{Mode: "shout"}})
+	assert.Error(t, err)
+}

@@ -131,7 +131,11 @@ type MQTTStats struct {
 	GoodbyesIn    uint64 // server goodbyes honoured
 	GoodbyesStale uint64 // server goodbyes ignored (session id mismatch)
 	AudioSent     uint64 // UDP datagrams sent
-	AudioReceived uint64 // UDP datagrams accepted
+	AudioReceived uint64 // UDP datagrams accepted (decrypted and handed on)
+	// AudioRejected counts UDP datagrams that failed the board's checks:
+	// shorter than a header, type not 0x01, length not 16+payload_len, or
+	// a sequence not above the last accepted one.
+	AudioRejected uint64
 }
 
 // MQTTConn is a board's MQTT connection. It survives broker restarts
@@ -147,7 +151,7 @@ type MQTTConn struct {
 
 	ctx    context.Context // ends when the connection ends
 	cancel context.CancelFunc
-	out    chan string
+	out    chan mqttOut
 	done   chan struct{}
 	once   sync.Once
 	cause  error
@@ -157,7 +161,15 @@ type MQTTConn struct {
 	channel *udpChannel
 
 	connects, hellos, hellosIgnored, goodbyesSent, goodbyesIn, goodbyesStale atomic.Uint64
-	audioSent, audioReceived                                                 atomic.Uint64
+	audioSent, audioReceived, audioRejected                                  atomic.Uint64
+}
+
+// mqttOut is one message for the writer; sent, when not nil, is closed
+// once the publish is done (or lost), for a sender that must know its
+// message left before it goes on (a listen start before UDP audio).
+type mqttOut struct {
+	msg  string
+	sent chan struct{}
 }
 
 var _ link = (*MQTTConn)(nil)
@@ -209,7 +221,7 @@ func (b *Board) ConnectMQTT(ctx context.Context, mc MQTTConfig) (*MQTTConn, erro
 		clientID: mc.ClientID,
 		ctx:      cctx,
 		cancel:   cancel,
-		out:      make(chan string, mqttOutboundQueue),
+		out:      make(chan mqttOut, mqttOutboundQueue),
 		done:     make(chan struct{}),
 		log:      b.log.Named("mqtt").With(zap.String("broker", broker)),
 	}
@@ -328,7 +340,7 @@ func (c *MQTTConn) Stats() MQTTStats {
 	return MQTTStats{
 		Connects: c.connects.Load(), Hellos: c.hellos.Load(), HellosIgnored: c.hellosIgnored.Load(),
 		GoodbyesSent: c.goodbyesSent.Load(), GoodbyesIn: c.goodbyesIn.Load(), GoodbyesStale: c.goodbyesStale.Load(),
-		AudioSent: c.audioSent.Load(), AudioReceived: c.audioReceived.Load(),
+		AudioSent: c.audioSent.Load(), AudioReceived: c.audioReceived.Load(), AudioRejected: c.audioRejected.Load(),
 	}
 }
 
@@ -363,10 +375,31 @@ func (c *MQTTConn) onMessage(_ paho.Client, m paho.Message) {
 // send queues one message for the writer.
 func (c *MQTTConn) send(msg string) error {
 	select {
-	case c.out <- msg:
+	case c.out <- mqttOut{msg: msg}:
 		return nil
 	case <-c.ctx.Done():
 		return errLinkClosed
+	}
+}
+
+// sendWait queues msg and waits until the writer has published it (or
+// lost it: a publish while disconnected is dropped, as esp-mqtt does).
+func (c *MQTTConn) sendWait(ctx context.Context, msg string) error {
+	sent := make(chan struct{})
+	select {
+	case c.out <- mqttOut{msg: msg, sent: sent}:
+	case <-c.ctx.Done():
+		return errLinkClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-sent:
+		return nil
+	case <-c.ctx.Done():
+		return errLinkClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -377,20 +410,28 @@ func (c *MQTTConn) writeLoop() {
 		select {
 		case <-c.ctx.Done():
 			return
-		case msg := <-c.out:
-			if !c.client.IsConnectionOpen() {
-				// esp-mqtt drops publishes while disconnected.
-				c.b.stats.repliesLost.Add(1)
-				continue
+		case m := <-c.out:
+			c.publish(m.msg)
+			if m.sent != nil {
+				close(m.sent)
 			}
-			tok := c.client.Publish(c.cfg.PublishTopic, 0, false, msg)
-			if !tok.WaitTimeout(c.b.cfg.WriteTimeout) || tok.Error() != nil {
-				c.b.stats.repliesLost.Add(1)
-				continue
-			}
-			c.b.stats.messagesSent.Add(1)
 		}
 	}
+}
+
+// publish is one QoS 0 publish to the publish topic, counted.
+func (c *MQTTConn) publish(msg string) {
+	if !c.client.IsConnectionOpen() {
+		// esp-mqtt drops publishes while disconnected.
+		c.b.stats.repliesLost.Add(1)
+		return
+	}
+	tok := c.client.Publish(c.cfg.PublishTopic, 0, false, msg)
+	if !tok.WaitTimeout(c.b.cfg.WriteTimeout) || tok.Error() != nil {
+		c.b.stats.repliesLost.Add(1)
+		return
+	}
+	c.b.stats.messagesSent.Add(1)
 }
 
 // PublishRaw publishes payload to any topic, QoS 0. No firmware does this;
@@ -535,6 +576,7 @@ func (c *MQTTConn) SendAudio(opus []byte) error {
 		return fmt.Errorf("simulator: udp send: %w", err)
 	}
 	c.audioSent.Add(1)
+	c.b.stats.audioSent.Add(1)
 	return nil
 }
 
@@ -656,11 +698,17 @@ func (c *MQTTConn) handleServerGoodbye(root *jsonValue) {
 		c.goodbyesIn.Add(1)
 		c.log.Info("server closed the audio channel", zap.String("session_id", sid.str))
 	}
+	// The board goes back to idle, and a conversation in progress ends.
+	c.sess.serverGoodbye()
 }
 
-// udpReadLoop counts downlink datagrams that pass the board's checks: at
-// least a header, type 0x01, exact length, and a sequence above the last
-// accepted one. They are not decoded (no speaker).
+// udpReadLoop takes the downlink datagrams that pass the board's checks
+// (at least a header, type 0x01, exact length, a sequence above the last
+// accepted one), decrypts them with the header as counter block and hands
+// the Opus payload on, which plays it only while speaking. The socket is
+// connected, so datagrams from anywhere but the hello's server:port never
+// arrive. There is no authentication tag: a datagram encrypted with
+// another key passes and decrypts to noise, as on the firmware.
 func (c *MQTTConn) udpReadLoop(ch *udpChannel) {
 	defer c.wg.Done()
 	buf := make([]byte, udpRecvBuffer)
@@ -671,6 +719,7 @@ func (c *MQTTConn) udpReadLoop(ch *udpChannel) {
 		}
 		d := buf[:n]
 		if n < udpHeaderSize || d[0] != 0x01 || n != udpHeaderSize+int(binary.BigEndian.Uint16(d[2:4])) {
+			c.rejectAudio()
 			continue
 		}
 		seq := binary.BigEndian.Uint32(d[12:16])
@@ -680,11 +729,26 @@ func (c *MQTTConn) udpReadLoop(ch *udpChannel) {
 			ch.remoteSeq = seq
 		}
 		c.chMu.Unlock()
-		if ok {
-			c.audioReceived.Add(1)
-			c.b.stats.binaryReceived.Add(1)
+		if !ok {
+			c.rejectAudio()
+			continue
 		}
+		c.audioReceived.Add(1)
+		c.b.stats.binaryReceived.Add(1)
+		payload := make([]byte, n-udpHeaderSize)
+		cipher.NewCTR(ch.block, d[:udpHeaderSize]).XORKeyStream(payload, d[udpHeaderSize:])
+		c.sess.handleAudio(AudioFrame{
+			Payload:   payload,
+			Timestamp: binary.BigEndian.Uint32(d[8:12]),
+			Sequence:  seq,
+		}, false)
 	}
+}
+
+// rejectAudio counts a datagram that failed the board's checks.
+func (c *MQTTConn) rejectAudio() {
+	c.audioRejected.Add(1)
+	c.sess.rejectAudio()
 }
 
 // ---- lifecycle ----
@@ -761,6 +825,6 @@ func (f *Fleet) runBoardMQTT(ctx context.Context, b *Board, mc MQTTConfig) error
 				b.log.Warn("opening the audio channel failed", zap.Error(herr))
 			}
 		}
-		return c.Serve(ctx)
+		return f.serveConversing(ctx, b, c.Serve)
 	})
 }

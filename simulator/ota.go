@@ -401,10 +401,10 @@ func (f *Fleet) RunOTA(ctx context.Context, oc OTAConfig) error {
 						b.log.Warn("opening the audio channel failed", zap.Error(herr))
 					}
 				}
-				return c.Serve(ctx)
+				return f.serveConversing(ctx, b, c.Serve)
 			}
 			b.log.Debug("booted through OTA", zap.String("transport", res.Transport))
-			return b.Serve(ctx)
+			return f.serveConversing(ctx, b, b.Serve)
 		})
 	})
 }

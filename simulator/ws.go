@@ -87,7 +87,7 @@ func (b *Board) ConnectWebSocket(ctx context.Context, rawURL string) error {
 	b.linkMu.Unlock()
 	// The hello is queued before the goroutines start so that it is the
 	// first frame on the wire, ahead of any reply.
-	l.out <- b.helloJSON()
+	l.out <- wsOut{text: b.helloJSON()}
 	l.start()
 	l.log.Debug("connected; waiting for server hello")
 
@@ -240,8 +240,10 @@ type wsLink struct {
 
 	ctx    context.Context // ends when the link shuts down
 	cancel context.CancelFunc
-	out    chan string
-	done   chan struct{} // closed by shutdown
+	// out carries text messages and uplink audio to the writer, in one
+	// queue so that a listen start is on the wire before the audio after it.
+	out  chan wsOut
+	done chan struct{} // closed by shutdown
 	// helloDone is set once the hello exchange completed (and Connects
 	// counted it).
 	helloDone atomic.Bool
@@ -260,7 +262,7 @@ func newWSLink(b *Board, conn *websocket.Conn) *wsLink {
 		conn:   conn,
 		ctx:    ctx,
 		cancel: cancel,
-		out:    make(chan string, wsOutboundQueue),
+		out:    make(chan wsOut, wsOutboundQueue),
 		done:   make(chan struct{}),
 		log:    b.log.Named("ws").With(zap.String("remote", conn.RemoteAddr().String())),
 	}
@@ -304,9 +306,19 @@ func (l *wsLink) wait() { l.wg.Wait() }
 // err returns the cause the link ended with; call after done is closed.
 func (l *wsLink) err() error { return l.cause }
 
-func (l *wsLink) send(msg string) error {
+// wsOut is one message for the writer: text, or a binary audio frame
+// already framed for the connection's protocol version.
+type wsOut struct {
+	text   string
+	frame  []byte
+	binary bool
+}
+
+func (l *wsLink) send(msg string) error { return l.enqueue(wsOut{text: msg}) }
+
+func (l *wsLink) enqueue(m wsOut) error {
 	select {
-	case l.out <- msg:
+	case l.out <- m:
 		return nil
 	case <-l.ctx.Done():
 		return errLinkClosed
@@ -373,9 +385,10 @@ func (l *wsLink) readLoop() {
 		case websocket.TextMessage:
 			l.sess.handleText(data)
 		case websocket.BinaryMessage:
-			// Downlink audio. A board only plays it while speaking; the
-			// simulator has no speaker, so it only counts it.
+			// Downlink audio: unframed per the protocol version, then
+			// played only while speaking (conversation.go).
 			l.b.stats.binaryReceived.Add(1)
+			l.handleBinary(data)
 		}
 	}
 }
@@ -400,16 +413,25 @@ func (l *wsLink) writeLoop() {
 		select {
 		case <-l.ctx.Done():
 			return
-		case msg := <-l.out:
-			if len(msg) > wsMaxDeviceFrame {
+		case m := <-l.out:
+			if m.binary {
+				_ = l.conn.SetWriteDeadline(time.Now().Add(l.b.cfg.WriteTimeout))
+				if err := l.conn.WriteMessage(websocket.BinaryMessage, m.frame); err != nil {
+					l.shutdown(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
+					return
+				}
+				l.b.stats.audioSent.Add(1)
+				continue
+			}
+			if len(m.text) > wsMaxDeviceFrame {
 				// The firmware's send fails for frames this big and the
 				// message is simply lost.
 				l.b.stats.repliesLost.Add(1)
-				l.log.Warn("message too large for a device frame, dropped", zap.Int("bytes", len(msg)))
+				l.log.Warn("message too large for a device frame, dropped", zap.Int("bytes", len(m.text)))
 				continue
 			}
 			_ = l.conn.SetWriteDeadline(time.Now().Add(l.b.cfg.WriteTimeout))
-			if err := l.conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			if err := l.conn.WriteMessage(websocket.TextMessage, []byte(m.text)); err != nil {
 				l.shutdown(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
 				return
 			}

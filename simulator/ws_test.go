@@ -39,6 +39,10 @@ type testServer struct {
 	conns  chan *serverConn
 	reject int
 	auto   bool
+	// voice (with auto) answers each listen start, at the first audio
+	// frame after it, as a voice server would: stt, tts start, one audio
+	// frame, tts stop.
+	voice bool
 
 	mu     sync.Mutex
 	all    []*serverConn
@@ -83,9 +87,27 @@ func newTestServer(t *testing.T, configure func(*testServer)) *testServer {
 			if c.WriteMessage(websocket.TextMessage, []byte(serverHello)) != nil {
 				return
 			}
+			listening := false
 			for {
-				if _, _, err := c.ReadMessage(); err != nil {
+				typ, data, err := c.ReadMessage()
+				if err != nil {
 					return
+				}
+				switch {
+				case typ == websocket.TextMessage && strings.Contains(string(data), `"type":"listen","state":"start"`):
+					listening = true
+				case typ == websocket.BinaryMessage && listening && ts.voice:
+					listening = false
+					for _, m := range []string{`{"type":"stt","text":"hello"}`, `{"type":"tts","state":"start"}`,
+						`{"type":"tts","state":"sentence_start","text":"hi there"}`} {
+						if c.WriteMessage(websocket.TextMessage, []byte(m)) != nil {
+							return
+						}
+					}
+					if c.WriteMessage(websocket.BinaryMessage, []byte("answer")) != nil ||
+						c.WriteMessage(websocket.TextMessage, []byte(`{"type":"tts","state":"stop"}`)) != nil {
+						return
+					}
 				}
 			}
 		}

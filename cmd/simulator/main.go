@@ -3,10 +3,13 @@
 //
 //	simulator --url ws://127.0.0.1:8000/xiaozhi/v1/ --profile robot --count 50 --token secret
 //	simulator --ota http://127.0.0.1:8000/xiaozhi/ota/   # boot like a real board
+//	simulator --converse 50 --converse-every 30s          # talk: 3 s of audio, every 30 s
 //
 // Each board connects over WebSocket like real firmware, answers MCP
 // requests from its profile's tools, and reconnects with backoff when the
-// connection ends. SIGINT or SIGTERM closes every board and exits.
+// connection ends. With --converse it also holds voice conversations (listen
+// start, Opus-framed uplink packets, the server's stt/tts and audio), each
+// summed up in one info line. SIGINT or SIGTERM closes every board and exits.
 package main
 
 import (
@@ -84,6 +87,11 @@ type Main struct {
 	// ota, when set, boots every board through this OTA URL: the answer
 	// picks the transport and carries the credentials.
 	ota string
+	// converse is the uplink packets per conversation turn (0: no
+	// conversations); conv holds the other --converse-* flags.
+	converse      int
+	converseEvery time.Duration
+	conv          simulator.ConverseOptions
 }
 
 // ParseFlags parses args into m and builds the logger.
@@ -130,6 +138,15 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	fs.StringVar(&m.hostile.MACSpelling, "hostile-mac-spelling", "", "hostile: send the MAC spelt "+strings.Join(simulator.MACSpellings, ", ")+" (Device-Id, MQTT client id)")
 	fs.IntVar(&m.hostile.FloodOnConnect, "hostile-flood", 0, "hostile: publish this many messages as fast as possible after connecting over MQTT")
 
+	// Conversations: talk to the server's voice side.
+	fs.IntVar(&m.converse, "converse", 0, "hold a voice conversation after each connect, sending this many uplink audio packets (0 = no conversations)")
+	fs.DurationVar(&m.converseEvery, "converse-every", 0, "repeat the conversation this often while connected (0 = once per connection)")
+	fs.StringVar(&m.conv.Mode, "converse-mode", simulator.ModeAuto, "listen mode: auto, manual (push to talk: listen stop after the packets) or realtime")
+	fs.StringVar(&m.conv.WakeWord, "wake-word", "", "send listen detect with this wake word before listen start")
+	fs.DurationVar(&m.conv.Pace, "converse-pace", 60*time.Millisecond, "interval between uplink packets (60ms is real time, 0 as fast as possible)")
+	fs.DurationVar(&m.conv.ReplyTimeout, "converse-timeout", simulator.DefaultReplyTimeout, "how long to wait for the server's answer to end (tts stop)")
+	fs.BoolVar(&m.conv.Goodbye, "converse-goodbye", false, "MQTT: close the audio channel (goodbye) after each conversation")
+
 	// Output.
 	fs.StringVar(&m.logFormat, "log-format", "console", "log format: console or json")
 	fs.StringVar(&m.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -141,6 +158,10 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	if m.converse < 0 || m.converseEvery < 0 {
+		return errors.New("--converse and --converse-every must not be negative")
+	}
+	m.conv.Frames = m.converse
 	log, statsLog, err := newLoggers(m.logFormat, m.logLevel, stderr)
 	if err != nil {
 		return err
@@ -233,7 +254,9 @@ func (m *Main) Run(ctx context.Context) error {
 			OmitSessionID:   m.omitSessionID,
 			Hostile:         m.hostileConfig(),
 		},
-		Logger: m.log,
+		Converse:      m.converseOptions(),
+		ConverseEvery: m.converseEvery,
+		Logger:        m.log,
 	})
 	if err != nil {
 		return err
@@ -290,9 +313,20 @@ func (m *Main) logStats(ctx context.Context, f *simulator.Fleet) {
 				zap.Uint64("connects", s.Connects), zap.Uint64("calls_run", s.CallsRun),
 				zap.Uint64("text_received", s.TextReceived), zap.Uint64("messages_sent", s.MessagesSent),
 				zap.Uint64("mcp_dropped", s.MCPDropped), zap.Uint64("replies_lost", s.RepliesLost),
-				zap.Uint64("reboots", s.Reboots))
+				zap.Uint64("reboots", s.Reboots),
+				zap.Uint64("conversations", s.Conversations), zap.Uint64("conversation_errors", s.ConversationErrors),
+				zap.Uint64("audio_sent", s.AudioSent), zap.Uint64("audio_dropped", s.AudioDropped))
 		}
 	}
+}
+
+// converseOptions is the --converse* flags, or nil without --converse.
+func (m *Main) converseOptions() *simulator.ConverseOptions {
+	if m.converse == 0 {
+		return nil
+	}
+	o := m.conv
+	return &o
 }
 
 // hostileConfig is the --hostile-* flags as a simulator.Hostile, or nil

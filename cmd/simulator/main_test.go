@@ -51,6 +51,89 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseConverseFlags(t *testing.T) {
+	m := &Main{}
+	require.NoError(t, m.ParseFlags(nil, io.Discard))
+	assert.Nil(t, m.converseOptions(), "no conversations by default")
+
+	m = &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--converse", "5", "--converse-every", "2s", "--converse-mode", "manual",
+		"--wake-word", "hi", "--converse-pace", "0", "--converse-goodbye"}, io.Discard))
+	o := m.converseOptions()
+	require.NotNil(t, o)
+	assert.Equal(t, 5, o.Frames)
+	assert.Equal(t, "manual", o.Mode)
+	assert.Equal(t, "hi", o.WakeWord)
+	assert.Zero(t, o.Pace)
+	assert.True(t, o.Goodbye)
+	assert.Equal(t, simulator.DefaultReplyTimeout, o.ReplyTimeout)
+	assert.Equal(t, 2*time.Second, m.converseEvery)
+	assert.Error(t, (&Main{}).ParseFlags([]string{"--converse", "-1"}, io.Discard))
+}
+
+// TestRunConverse: with --converse a board talks after connecting and
+// the conversation is summed up in one info line.
+func TestRunConverse(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		audio int
+	)
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer c.Close()
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","transport":"websocket","session_id":"s"}`))
+		for {
+			typ, _, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			if typ != websocket.BinaryMessage {
+				continue
+			}
+			mu.Lock()
+			audio++
+			last := audio == 3
+			mu.Unlock()
+			if last {
+				for _, m := range []string{`{"type":"stt","text":"what is the weather"}`, `{"type":"tts","state":"start"}`,
+					`{"type":"tts","state":"sentence_start","text":"Sunny."}`} {
+					_ = c.WriteMessage(websocket.TextMessage, []byte(m))
+				}
+				_ = c.WriteMessage(websocket.BinaryMessage, []byte{1, 2, 3})
+				_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"tts","state":"stop"}`))
+			}
+		}
+	}))
+	defer srv.Close()
+
+	var out bridgetest.SyncBuffer
+	m := &Main{}
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/xiaozhi/v1/"
+	require.NoError(t, m.ParseFlags([]string{"--url", url, "--converse", "3", "--converse-pace", "1ms", "--log-format", "json",
+		"--stats-interval", "0", "--mac-prefix", "02:ac"}, &out))
+	runUntil(t, m, &mu, &wg, func() bool { return strings.Contains(out.String(), `"msg":"conversation"`) })
+	var line map[string]any
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, `"msg":"conversation"`) {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	assert.Equal(t, "what is the weather", line["stt"])
+	assert.Equal(t, "Sunny.", line["tts"])
+	assert.EqualValues(t, 3, line["uplink_frames"])
+	assert.EqualValues(t, 1, line["downlink_frames"])
+}
+
 // TestRun starts two boards against a minimal server and stops them.
 func TestRun(t *testing.T) {
 	var (
