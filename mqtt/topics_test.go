@@ -142,14 +142,14 @@ func TestUDPCounting(t *testing.T) {
 		p[15] = 1
 		return p
 	}
-	u.count(pkt(1, a.ssrc, 10, 10))
-	u.count(pkt(1, a.ssrc, 10, 9))    // length mismatch
-	u.count(pkt(2, a.ssrc, 10, 10))   // wrong type
-	u.count([]byte{1, 0, 0})          // short
-	u.count(pkt(1, a.ssrc+1, 10, 10)) // unknown ssrc
+	u.count(pkt(1, a.ssrc, 10, 10), nil)
+	u.count(pkt(1, a.ssrc, 10, 9), nil)    // length mismatch
+	u.count(pkt(2, a.ssrc, 10, 10), nil)   // wrong type
+	u.count([]byte{1, 0, 0}, nil)          // short
+	u.count(pkt(1, a.ssrc+1, 10, 10), nil) // unknown ssrc
 	assert.Equal(t, UDPStats{Packets: 1, Bytes: 10, Malformed: 3, Unknown: 1}, u.stats())
 	assert.EqualValues(t, 1, a.packets.Load())
 	u.close(a)
-	u.count(pkt(1, a.ssrc, 10, 10))
+	u.count(pkt(1, a.ssrc, 10, 10), nil)
 	assert.EqualValues(t, 2, u.stats().Unknown)
 }

@@ -96,7 +96,12 @@ func (v *voiceLink) text(msg []byte) bool {
 		conv.Text(msg)
 		return true
 	}
-	v.reopen(msg)
+	if !v.reopen(msg) && !v.opening.Load() {
+		// The board started a conversation that cannot reach the
+		// upstream yet (voice.retry_after): say so rather than let it
+		// listen to nobody.
+		v.alert()
+	}
 	return true
 }
 
@@ -107,21 +112,21 @@ func (v *voiceLink) audio(frame []byte) {
 		return
 	}
 	v.dropped.Add(1)
-	v.reopen(nil)
+	_ = v.reopen(nil)
 }
 
 // reopen starts a new conversation in the background (the socket's reader
 // must not wait on the upstream), then relays first, the message that
 // asked for it.
-func (v *voiceLink) reopen(first []byte) {
+func (v *voiceLink) reopen(first []byte) bool {
 	hello := v.hello.Load()
 	if hello == nil || !v.relay.MayRetry(v.board.DeviceID) || !v.opening.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	select {
 	case <-v.closed:
 		v.opening.Store(false)
-		return
+		return false
 	default:
 	}
 	v.wg.Add(1)
@@ -154,6 +159,7 @@ func (v *voiceLink) reopen(first []byte) {
 			conv.Text(first)
 		}
 	}()
+	return true
 }
 
 // serverHello is the board's hello for a relayed conversation.

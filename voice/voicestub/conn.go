@@ -46,6 +46,7 @@ type conn struct {
 	msgsIn    int
 	framesIn  int
 	turn      *turn
+	preroll   [][2][]byte
 
 	// mcpMu guards pending and nextID; a leaf like s.mu, never held with it.
 	mcpMu   sync.Mutex
@@ -53,7 +54,8 @@ type conn struct {
 	nextID  int64
 }
 
-// turn is the open listening turn, owned by the reader.
+// turn is the open listening turn, owned by the reader; preroll (also the
+// reader's) holds the audio heard while no turn was open.
 type turn struct {
 	mode  string
 	idx   int // index in rec.Conversations, -1 if not recorded
@@ -303,8 +305,15 @@ func (c *conn) handleListen(m inMsg) {
 			c.rec.Conversations = append(c.rec.Conversations, Conversation{Mode: m.Mode})
 		}
 		c.turn = t
+		for _, f := range c.preroll {
+			c.countLocked(t, f[0], f[1])
+		}
+		c.preroll = nil
 		c.s.changedLocked()
 		c.s.mu.Unlock()
+		if t.mode != "manual" && t.heard >= c.s.cfg.AutoFrames {
+			c.finishTurn("frames")
+		}
 	case "stop":
 		if c.turn != nil {
 			c.finishTurn("stop")
@@ -375,18 +384,16 @@ func (c *conn) handleBinary(data []byte) bool {
 		r.Payloads = append(r.Payloads, payload)
 	}
 	if t != nil {
-		t.heard++
-		if t.heard == 1 {
-			t.first = payload
+		c.countLocked(t, data, payload)
+	} else if err == nil {
+		// Audio before listen start is kept for the next turn, as a real
+		// server's voice detection hears it: a board sends its wake-word
+		// audio first, and over MQTT+UDP audio may overtake the listen
+		// message it follows.
+		if len(c.preroll) == maxPreroll {
+			c.preroll = c.preroll[1:]
 		}
-		if t.idx >= 0 {
-			cv := &r.Conversations[t.idx]
-			cv.Heard = t.heard
-			if c.s.keep(r, len(cv.Frames), 0) { // bytes already charged above
-				cv.Frames = append(cv.Frames, data)
-				cv.Payloads = append(cv.Payloads, payload)
-			}
-		}
+		c.preroll = append(c.preroll, [2][]byte{data, payload})
 	}
 	c.s.changedLocked()
 	c.s.mu.Unlock()
@@ -398,6 +405,26 @@ func (c *conn) handleBinary(data []byte) bool {
 		return false
 	}
 	return true
+}
+
+// maxPreroll bounds the audio kept from before a turn.
+const maxPreroll = 8
+
+// countLocked counts one frame into the open turn. Caller holds s.mu.
+func (c *conn) countLocked(t *turn, data, payload []byte) {
+	r := c.rec
+	t.heard++
+	if t.heard == 1 {
+		t.first = payload
+	}
+	if t.idx >= 0 {
+		cv := &r.Conversations[t.idx]
+		cv.Heard = t.heard
+		if c.s.keep(r, len(cv.Frames), 0) { // bytes already charged when recorded
+			cv.Frames = append(cv.Frames, data)
+			cv.Payloads = append(cv.Payloads, payload)
+		}
+	}
 }
 
 // Downlink text messages. Every one carries the session id first.
