@@ -62,7 +62,17 @@ type HubConfig struct {
 	// keeps none. With a history, call outcomes are recorded even while
 	// no subscriber asks for them.
 	EventHistory int
+	// PeerMaxPending bounds the requests of a peer MCP client (see
+	// Session.ServePeer) admitted at once on one board, queued or running;
+	// past it the peer is refused at once. 0 means DefaultPeerMaxPending.
+	// It is held to half the board's places (Client.QueueSize+1, the one
+	// running included), so that the bridge's own calls always keep the
+	// other half.
+	PeerMaxPending int
 }
+
+// DefaultPeerMaxPending is HubConfig.PeerMaxPending's default.
+const DefaultPeerMaxPending = 4
 
 // DefaultMaxInitializing is HubConfig.MaxInitializing's default.
 const DefaultMaxInitializing = 64
@@ -185,6 +195,8 @@ func (c HubConfig) withDefaults() HubConfig {
 	c.MaxProbes = cmp.Or(max(c.MaxProbes, 0), DefaultMaxProbes)
 	c.MaxInitializing = cmp.Or(max(c.MaxInitializing, 0), DefaultMaxInitializing)
 	c.ToolLimits = c.ToolLimits.WithDefaults()
+	slots := cmp.Or(max(c.Client.QueueSize, 0), mcpclient.DefaultQueueSize) + 1
+	c.PeerMaxPending = min(cmp.Or(max(c.PeerMaxPending, 0), DefaultPeerMaxPending), max(slots/2, 1))
 	return c
 }
 

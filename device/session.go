@@ -46,6 +46,13 @@ type Session struct {
 	schemas map[string]*argcheck.Schema
 	// ignored counts messages read from a board without MCP and dropped.
 	ignored int64
+	// peerCalls are the peer's requests in progress (ServePeer), so that
+	// the peer's notifications/cancelled can find them.
+	peerCalls []*peerCall
+
+	// peer is the state of a second MCP client sharing the board (see
+	// ServePeer); atomics, taken without mu.
+	peer peerState
 
 	ready chan struct{} // closed on reaching StateReady
 	done  chan struct{} // closed on reaching StateClosed
@@ -152,16 +159,22 @@ func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessag
 	}
 	res, err := c.CallTool(ctx, name, fwd)
 	if errors.Is(err, mcpclient.ErrDisconnected) {
-		// Say why the link went, e.g. "connection to the MQTT broker lost".
-		if reason := s.link.Err(); reason != nil {
-			if errors.Is(reason, ErrShutdown) {
-				return nil, fmt.Errorf("%w before %s replied; its outcome is unknown: %w", ErrShutdown, name, err)
-			}
-			return nil, fmt.Errorf("%w (%v): %w", ErrOffline, reason, err)
-		}
-		return nil, fmt.Errorf("%w: %w", ErrOffline, err)
+		return nil, s.disconnected(name, err)
 	}
 	return res, err
+}
+
+// disconnected explains err, a request to the board (what) cut off by the
+// link's end, with why the link went, e.g. "connection to the MQTT broker
+// lost".
+func (s *Session) disconnected(what string, err error) error {
+	if reason := s.link.Err(); reason != nil {
+		if errors.Is(reason, ErrShutdown) {
+			return fmt.Errorf("%w before %s replied; its outcome is unknown: %w", ErrShutdown, what, err)
+		}
+		return fmt.Errorf("%w (%v): %w", ErrOffline, reason, err)
+	}
+	return fmt.Errorf("%w: %w", ErrOffline, err)
 }
 
 // checkCall finds the tool and validates args against its schema,
@@ -251,6 +264,7 @@ func (s *Session) initialize() bool {
 	stream := envelope.NewStream(s.link, streamOpts)
 	clientOpts := cfg.Client
 	clientOpts.Logger = s.log.Named("mcp")
+	clientOpts.OnNotification = s.fromBoard
 	client := mcpclient.New(stream, clientOpts)
 
 	s.mu.Lock()

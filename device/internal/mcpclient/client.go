@@ -78,6 +78,12 @@ type Options struct {
 	// QueueSize is how many requests may wait behind the running one.
 	QueueSize int
 	Logger    *zap.Logger
+	// OnNotification, when set, receives each notification the board
+	// sends, as a JSON-RPC message. It is called on the connection's read
+	// goroutine, which reads the board's replies too: it must return at
+	// once (hand the message to a bounded queue that drops when full).
+	// Requests from the board (with an id) are never passed on.
+	OnNotification func(msg json.RawMessage)
 }
 
 // withDefaults returns o with unset fields set to their defaults.
@@ -125,15 +131,33 @@ func New(stream jsonrpc2.ObjectStream, opts Options) *Client {
 	// jsonrpc2 logs stray replies (ids the bridge never issued, which some
 	// boards produce) through a std logger; keep that at debug.
 	stdLog, _ := zap.NewStdLogAt(c.log, zap.DebugLevel)
-	c.conn = jsonrpc2.NewConn(context.Background(), stream, ignoreRequests{}, jsonrpc2.SetLogger(stdLog))
+	c.conn = jsonrpc2.NewConn(context.Background(), stream, boardMessages{opts.OnNotification}, jsonrpc2.SetLogger(stdLog))
 	return c
 }
 
-// ignoreRequests drops requests from the board. Mainline firmware never
-// sends any; answering would only be dropped by the board again.
-type ignoreRequests struct{}
+// boardMessages handles what the board sends that is not a reply. Requests
+// are dropped: mainline firmware never sends any, and an answer would only
+// be dropped by the board again. Notifications (none in mainline firmware
+// either) go to notify, if set.
+type boardMessages struct{ notify func(json.RawMessage) }
 
-func (ignoreRequests) Handle(context.Context, *jsonrpc2.Conn, *jsonrpc2.Request) {}
+func (h boardMessages) Handle(_ context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if !req.Notif || h.notify == nil {
+		return
+	}
+	msg, err := json.Marshal(notification{JSONRPC: "2.0", Method: req.Method, Params: req.Params})
+	if err != nil {
+		return // params came from the decoder: valid JSON, so never
+	}
+	h.notify(msg)
+}
+
+// notification is a JSON-RPC notification on the wire.
+type notification struct {
+	JSONRPC string           `json:"jsonrpc"`
+	Method  string           `json:"method"`
+	Params  *json.RawMessage `json:"params,omitempty"`
+}
 
 // Close ends the JSON-RPC connection; pending requests fail with
 // ErrDisconnected. It is idempotent.
@@ -252,20 +276,86 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	timeout := c.opts.CallTimeout
-	if t, ok := c.opts.ToolTimeouts[name]; ok && t > 0 {
-		timeout = t
-	}
 	var res CallResult
-	err := c.timed(ctx, "tools/call", callParams{Name: name, Arguments: args}, &res, timeout)
+	err := c.timed(ctx, "tools/call", callParams{Name: name, Arguments: args}, &res, c.callTimeout(name))
 	if errors.Is(err, ErrDisconnected) && c.opts.RestartingTools[name] {
-		return &CallResult{Content: []Content{{Type: "text",
-			Text: "the device closed its connection, as it does when this tool restarts it"}}}, nil
+		return restarted(), nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// restarted is the result of a call whose tool restarts the board: the
+// disconnect is its outcome (RestartingTools).
+func restarted() *CallResult {
+	return &CallResult{Content: []Content{{Type: "text",
+		Text: "the device closed its connection, as it does when this tool restarts it"}}}
+}
+
+// callTimeout is the timeout of a tools/call of tool.
+func (c *Client) callTimeout(tool string) time.Duration {
+	if t, ok := c.opts.ToolTimeouts[tool]; ok && t > 0 {
+		return t
+	}
+	return c.opts.CallTimeout
+}
+
+// Forward sends a request another MCP client wrote (params raw, nil for
+// none) through the same queue as the client's own requests, under an id
+// the client picks, and returns the board's result raw, byte for byte as
+// the board sent it. Its deadline is the one the client's own request of
+// that kind gets, running from now: a tool's (ToolTimeouts, CallTimeout)
+// for tools/call, RequestTimeout for anything else. A board error is a
+// *DeviceError carrying the board's code and data too.
+func (c *Client) Forward(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	timeout, tool := c.opts.RequestTimeout, ""
+	if method == "tools/call" {
+		var p struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(params, &p) // a bad name is the board's to refuse
+		tool = p.Name
+		timeout = c.callTimeout(tool)
+	}
+	// A nil RawMessage in an interface is not nil: jsonrpc2 would send
+	// "params":null, which the board drops without a reply.
+	var p any
+	if len(params) > 0 {
+		p = params
+	}
+	var res json.RawMessage
+	err := c.timed(ctx, method, p, &res, timeout)
+	if errors.Is(err, ErrDisconnected) && tool != "" && c.opts.RestartingTools[tool] {
+		return json.Marshal(restarted())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		res = json.RawMessage("null")
+	}
+	return res, nil
+}
+
+// Notify sends a notification to the board. It takes no turn in the queue:
+// it has no reply to wait for, and the board handles (drops) notifications
+// on its receive path, even while a tool runs. The write is bounded by the
+// stream's write timeout.
+func (c *Client) Notify(ctx context.Context, method string, params json.RawMessage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var p any
+	if len(params) > 0 {
+		p = params
+	}
+	err := c.conn.Notify(ctx, method, p)
+	if errors.Is(err, jsonrpc2.ErrClosed) {
+		return ErrDisconnected
+	}
+	return err
 }
 
 // Call sends any other request (for example a liveness probe). The result
@@ -340,7 +430,11 @@ func (c *Client) request(ctx context.Context, method string, params, result any,
 	var rpcErr *jsonrpc2.Error
 	switch {
 	case errors.As(err, &rpcErr):
-		return &DeviceError{Method: method, Message: rpcErr.Message}
+		de := &DeviceError{Method: method, Message: rpcErr.Message, Code: rpcErr.Code}
+		if rpcErr.Data != nil {
+			de.Data = *rpcErr.Data
+		}
+		return de
 	case errors.Is(err, jsonrpc2.ErrClosed):
 		return ErrDisconnected
 	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), errDeadline):

@@ -12,4 +12,8 @@
 // happened), and so is one whose caller's context ends first. A request that
 // was sent and times out is reported as [ErrTimeout], "outcome unknown",
 // and is never retried: the board may still run it.
+//
+// [Client.Forward] lets a second MCP client share the board: its requests
+// take their turn in the same queue under ids this client picks, so they
+// never collide with the client's own, and its results come back raw.
 package mcpclient

@@ -42,6 +42,12 @@ var (
 type DeviceError struct {
 	Method  string
 	Message string
+	// Code is the error's code, 0 when the board sent none (mainline
+	// firmware never does); Data is its data, nil when absent. Neither
+	// shows in Error: they are kept for a peer that gets the board's
+	// error as the board sent it (Client.Forward).
+	Code int64
+	Data json.RawMessage
 }
 
 func (e *DeviceError) Error() string {
