@@ -86,6 +86,9 @@ type DevicesConfig struct {
 	MaxTools       int                      `yaml:"max_tools"`
 	// MaxCatalogBytes bounds a board's tools/list replies, pages together.
 	MaxCatalogBytes int `yaml:"max_catalog_bytes"`
+	// PeerMaxPending bounds a voice upstream's MCP requests in a board's
+	// queue at once (device.HubConfig.PeerMaxPending).
+	PeerMaxPending int `yaml:"peer_max_pending"`
 	// ToolLimits bound what a board may declare about each tool; a tool
 	// past them is refused (device.ToolLimits).
 	ToolLimits device.ToolLimits `yaml:"tool_limits"`
@@ -300,6 +303,8 @@ func (c Config) hubConfig(version string) device.HubConfig {
 		ReadyWait:   d.ReadyWait,
 		Flapping:    d.Flapping,
 		MaxProbes:   d.MaxProbes,
+		// The voice upstream's requests at once per board (device/peer.go).
+		PeerMaxPending: d.PeerMaxPending,
 		// The Hub keeps the history: its events carry the seqs /api/events
 		// resumes from.
 		EventHistory: c.Control.EventsReplay,

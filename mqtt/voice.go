@@ -9,6 +9,7 @@ package mqtt
 // either side ends both.
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -63,21 +65,57 @@ func newVoiceAudio(a *audioSession, conv *voice.Conversation) (*voiceAudio, erro
 	return v, nil
 }
 
+// ttsGap is how long downlink audio waits behind a "tts start": the
+// message goes through the broker, the audio straight over UDP, and a
+// board drops audio that reaches it before it is speaking (firmware 4.3).
+const ttsGap = 40 * time.Millisecond
+
 // mqttSide is a conversation's way to its MQTT board: text over MQTT,
 // audio over UDP, MCP through the board's session.
 type mqttSide struct {
 	l     *link
 	audio atomic.Pointer[audioSession] // set once the board has its hello
+	// holdUntil (unix nanoseconds) holds downlink audio back after a tts
+	// start. The conversation's reader is the only caller of SendText and
+	// SendAudio, so waiting here keeps the upstream's order.
+	holdUntil atomic.Int64
 }
 
 var _ voice.BoardSide = (*mqttSide)(nil)
 
-func (s *mqttSide) SendText(ctx context.Context, msg []byte) error { return s.l.Send(ctx, msg) }
+func (s *mqttSide) SendText(ctx context.Context, msg []byte) error {
+	if err := s.l.Send(ctx, msg); err != nil {
+		return err
+	}
+	if isTTSStart(msg) {
+		s.holdUntil.Store(time.Now().Add(ttsGap).UnixNano())
+	}
+	return nil
+}
+
+// isTTSStart spots {"type":"tts","state":"start"} without decoding every
+// message twice: only tts messages are decoded.
+func isTTSStart(msg []byte) bool {
+	if !bytes.Contains(msg, []byte(`"tts"`)) {
+		return false
+	}
+	var m struct{ Type, State string }
+	return json.Unmarshal(msg, &m) == nil && m.Type == "tts" && m.State == "start"
+}
 
 func (s *mqttSide) SendAudio(frame []byte) bool {
 	a := s.audio.Load()
 	if a == nil {
 		return false
+	}
+	if wait := time.Until(time.Unix(0, s.holdUntil.Load())); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.l.Done():
+			t.Stop()
+			return false
+		}
 	}
 	return s.l.g.udp.sendDown(a, frame)
 }

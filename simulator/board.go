@@ -157,6 +157,9 @@ type boardStats struct {
 //
 // A Board is safe for concurrent use. It holds at most one connection.
 type Board struct {
+	// lastAlert is the last alert shown (LastAlert).
+	lastAlert atomic.Pointer[Alert]
+
 	cfg      Config
 	profile  *Profile
 	mac      string

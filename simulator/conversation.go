@@ -165,6 +165,14 @@ type AudioFrame struct {
 	Sequence  uint32    // the UDP sequence; 0 on WebSocket
 }
 
+// LastAlert is the last alert the board showed, conversation or not.
+func (b *Board) LastAlert() (Alert, bool) {
+	if a := b.lastAlert.Load(); a != nil {
+		return *a, true
+	}
+	return Alert{}, false
+}
+
 // Alert is a server alert (type alert) the board showed.
 type Alert struct {
 	Status, Message, Emotion string
@@ -361,8 +369,10 @@ func (s *session) handleConversationMessage(typ string, root *jsonValue) {
 			s.ignore("alert without string status, message and emotion")
 			return
 		}
+		al := Alert{Status: st.str, Message: msg.str, Emotion: emo.str}
+		s.b.lastAlert.Store(&al)
 		if rec != nil {
-			record(rec, &rec.Alerts, Alert{Status: st.str, Message: msg.str, Emotion: emo.str}, len(st.str)+len(msg.str)+len(emo.str))
+			record(rec, &rec.Alerts, al, len(st.str)+len(msg.str)+len(emo.str))
 		}
 	}
 }
