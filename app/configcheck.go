@@ -77,6 +77,7 @@ var numericKeys = map[string]numRange{
 	"devices.max_tools":                         counts(1, 4096),
 	"devices.max_probes":                        counts(1, 4096),
 	"devices.max_catalog_bytes":                 byteSizes(16*kib, 64*mib),
+	"devices.peer_max_pending":                  counts(1, 1024),
 	"devices.tool_limits.max_name_bytes":        byteSizes(32, 4*kib),
 	"devices.tool_limits.max_description_bytes": byteSizes(256, gib),
 	"devices.tool_limits.max_schema_bytes":      byteSizes(kib, gib),
@@ -143,6 +144,13 @@ var numericKeys = map[string]numRange{
 	"ota.code_guesses_per_caller_per_hour": counts(1, 1<<20),
 
 	"voice.ota_timeout":       durations(100*time.Millisecond, time.Minute),
+	"voice.hello_timeout":     durations(100*time.Millisecond, 9*time.Second),
+	"voice.write_timeout":     durations(100*time.Millisecond, time.Minute),
+	"voice.queue_frames":      counts(4, 4096),
+	"voice.max_message":       byteSizes(4*kib, 16*mib),
+	"voice.max_conversations": counts(1, 1000000),
+	"voice.retry_after":       durations(0, time.Hour),
+	"voice.mcp_queue":         counts(1, 1024),
 	"voice.ota_max_in_flight": counts(1, 4096),
 
 	"auth.oauth.clock_skew":      durations(time.Second, 5*time.Minute),

@@ -33,6 +33,7 @@ import (
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/ota"
 	"github.com/devicebridge/devicebridge/simulator"
+	"github.com/devicebridge/devicebridge/voice"
 )
 
 // otaBridge is a bridge whose every log line, debug included, is kept so
@@ -623,13 +624,13 @@ func TestOTAVoiceUpstreamPassThrough(t *testing.T) {
 func TestVoiceOTAConfig(t *testing.T) {
 	cfg, err := ParseArgs("bridge", nil)
 	require.NoError(t, err)
-	assert.Equal(t, VoiceConfig{OTATimeout: ota.DefaultUpstreamTimeout, OTAMaxInFlight: ota.DefaultUpstreamMaxInFlight}, cfg.Voice)
+	assert.Equal(t, VoiceConfig{Config: voice.Config{}.WithDefaults(), OTATimeout: ota.DefaultUpstreamTimeout, OTAMaxInFlight: ota.DefaultUpstreamMaxInFlight}, cfg.Voice)
 
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("voice:\n  upstream_ota: http://voice:8002/xiaozhi/ota/\n  ota_timeout: 2s\n  ota_max_in_flight: 8\n"), 0o600))
 	cfg, err = ParseArgs("bridge", []string{"--config", path})
 	require.NoError(t, err)
-	assert.Equal(t, VoiceConfig{UpstreamOTA: "http://voice:8002/xiaozhi/ota/", OTATimeout: 2 * time.Second, OTAMaxInFlight: 8}, cfg.Voice)
+	assert.Equal(t, VoiceConfig{Config: voice.Config{}.WithDefaults(), UpstreamOTA: "http://voice:8002/xiaozhi/ota/", OTATimeout: 2 * time.Second, OTAMaxInFlight: 8}, cfg.Voice)
 
 	cfg, err = ParseArgs("bridge", []string{"--config", path, "--voice-upstream-ota", "https://voice.example/xiaozhi/ota/", "--voice-ota-timeout", "750ms"})
 	require.NoError(t, err)
