@@ -36,9 +36,17 @@ const upstreamVersion = 1
 // after the header.
 const maxDownPayload = maxDatagram - udpHeaderLen
 
+// conversation is what an audio session needs of its relayed
+// conversation (a *voice.Conversation).
+type conversation interface {
+	Audio(opus []byte)
+	Text(msg []byte)
+	Close(reason error)
+}
+
 // voiceAudio is the relay state of one audio session.
 type voiceAudio struct {
-	conv   *voice.Conversation
+	conv   conversation
 	block  cipher.Block
 	nonce  [16]byte
 	remote atomic.Pointer[net.UDPAddr] // learned from the board's first datagram
@@ -47,7 +55,7 @@ type voiceAudio struct {
 	downSeq atomic.Uint32
 }
 
-func newVoiceAudio(a *audioSession, conv *voice.Conversation) (*voiceAudio, error) {
+func newVoiceAudio(a *audioSession, conv conversation) (*voiceAudio, error) {
 	key, err := hex.DecodeString(a.key)
 	if err != nil {
 		return nil, err
@@ -135,7 +143,7 @@ func (s *mqttSide) ConversationEnded(conv *voice.Conversation) {
 		return
 	}
 	s.l.audioMu.Lock()
-	current := s.l.audio != nil && s.l.audio.voice.Load() != nil && s.l.audio.voice.Load().conv == conv
+	current := s.l.audio != nil && s.l.audio.voice.Load() != nil && s.l.audio.voice.Load().conv == conversation(conv)
 	s.l.audioMu.Unlock()
 	if !current {
 		return
@@ -261,7 +269,7 @@ func (l *link) voiceFailed() {
 }
 
 // conversation is the board's relayed conversation, nil when none.
-func (l *link) conversation() *voice.Conversation {
+func (l *link) conversation() conversation {
 	l.audioMu.Lock()
 	defer l.audioMu.Unlock()
 	if l.audio == nil {
