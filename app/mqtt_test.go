@@ -75,10 +75,15 @@ func runApp(t testing.TB, cfg Config, logger *zap.Logger) *App {
 	t.Helper()
 	a, err := New(cfg, logger)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
-	defer cancel()
-	require.NoError(t, a.Start(ctx))
+	// Start hands ctx to the long-running parts (the /mcp server closes
+	// when it ends): it lives until Shutdown, as in bridgetest.Start.
+	life, stop := context.WithCancel(context.Background())
+	if err := a.Start(life); err != nil {
+		stop()
+		require.NoError(t, err)
+	}
 	t.Cleanup(func() {
+		defer stop()
 		ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
 		defer cancel()
 		assert.NoError(t, a.Shutdown(ctx))

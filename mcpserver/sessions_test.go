@@ -299,3 +299,29 @@ func TestSSERetry(t *testing.T) {
 	ev = firstEvent(do(b, rawRequest(b, "POST", modernList, map[string]string{"MCP-Protocol-Version": modern, "Mcp-Method": "tools/list"})), true)
 	assert.Empty(t, ev.Retry, "the stateless era resumes nothing")
 }
+
+// TestClosedServerRefusesInitialize: once the MCP server has closed (the
+// bridge shutting down), /mcp refuses an initialize with 503. Handed to
+// the go-sdk, it got a session of the closed server whose stream ended at
+// once, before or after the result by chance: a 2025-11-25 client then
+// failed to reconnect (the session was gone) or, just as often, connected.
+func TestClosedServerRefusesInitialize(t *testing.T) {
+	b := startBridge(t, nil)
+	b.App.MCP().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 50 {
+		c := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.URL, HTTPClient: b.HTTP, MaxRetries: -1},
+			&mcp.ClientSessionOptions{ProtocolVersion: legacy})
+		if cs != nil {
+			_ = cs.Close()
+		}
+		require.Error(t, err, "connect %d", i)
+		require.Contains(t, err.Error(), "Service Unavailable", "connect %d", i)
+	}
+	status, _, body := rawStatus(b, "POST", initBody, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, `"id":1`, "a JSON-RPC error for the initialize")
+	assert.Contains(t, body, "closed")
+}

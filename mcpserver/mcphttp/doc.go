@@ -12,7 +12,8 @@
 //     mcp.max_body_bytes (413, with a JSON-RPC error when the id is
 //     readable), re-buffers it, and puts what classify (classify.go) makes
 //     of it in the request's context for the steps below.
-//  3. bindLifetime (lifetime.go): the request ends when the server closes.
+//  3. bindLifetime (lifetime.go): the request ends when the server closes;
+//     once it has closed, 503.
 //  4. stripCaller (caller.go): the client cannot send a caller identity.
 //  5. markTask (task.go): a legacy tools/call that asks for a task
 //     (params.task, which go-sdk does not decode) says so in a header the

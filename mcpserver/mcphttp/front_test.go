@@ -83,7 +83,8 @@ func TestChain(t *testing.T) {
 }
 
 // TestBindLifetime: a request's context ends when the server's lifetime
-// does, and once the request is over.
+// does, and once the request is over; once it has ended, requests are
+// refused.
 func TestBindLifetime(t *testing.T) {
 	lifetime, stop := context.WithCancel(context.Background())
 	var seen context.Context
@@ -95,6 +96,12 @@ func TestBindLifetime(t *testing.T) {
 	}))
 	serve(h, request(http.MethodGet, ""))
 	assert.ErrorIs(t, seen.Err(), context.Canceled)
+
+	next := &reached{}
+	w := serve(bindLifetime(lifetime)(next), classified(request(http.MethodPost, `{"jsonrpc":"2.0","id":7,"method":"initialize"}`)))
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code, "refused once the server has closed")
+	assert.Contains(t, w.Body.String(), `"id":7`)
+	assert.Empty(t, next.reqs, "the go-sdk opens no session of a closed server")
 
 	h = bindLifetime(context.Background())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Context() }))
 	serve(h, request(http.MethodGet, ""))
