@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -136,9 +138,24 @@ func TestVoiceSharedMCP(t *testing.T) {
 	tools := stub.Device(mac)[0].Tools
 	assert.NotEmpty(t, tools)
 
-	// The bridge's side goes through the control API, the same Hub call
-	// path /mcp uses.
-	api := apiOf(t, a)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "voice-test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: "http://" + a.ControlAddr().String() + "/mcp", MaxRetries: -1}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	var setVolume string
+	eventually(t, "the bridge publishes the board's set_volume", func() error {
+		list, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, tl := range list.Tools {
+			if strings.HasSuffix(tl.Name, "set_volume") {
+				setVolume = tl.Name
+				return nil
+			}
+		}
+		return fmt.Errorf("set_volume not among %d tools", len(list.Tools))
+	})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 8 {
@@ -160,8 +177,9 @@ func TestVoiceSharedMCP(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 4 {
-				if code, body := api.call(mac, "self.audio_speaker.set_volume", map[string]any{"volume": 50}); code != 200 {
-					errs <- fmt.Errorf("bridge call: %d %s", code, body)
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: setVolume, Arguments: map[string]any{"volume": 50}})
+				if err != nil || res.IsError {
+					errs <- fmt.Errorf("bridge call: %v %+v", err, res)
 					return
 				}
 			}
@@ -174,7 +192,7 @@ func TestVoiceSharedMCP(t *testing.T) {
 	}
 	// Each side's reply matched its own request: a status call from the
 	// upstream reads back what it just set.
-	_, err := stub.CallTool(ctx, mac, "self.audio_speaker.set_volume", map[string]any{"volume": 77})
+	_, err = stub.CallTool(ctx, mac, "self.audio_speaker.set_volume", map[string]any{"volume": 77})
 	require.NoError(t, err)
 	res, err := stub.CallTool(ctx, mac, "self.get_device_status", nil)
 	require.NoError(t, err)
@@ -249,4 +267,131 @@ func TestVoiceUpstreamDown(t *testing.T) {
 	}
 	_, _ = api.get("/readyz", &ready)
 	_ = ready
+}
+
+func wsBoardWith(t *testing.T, a *App, cfg simulator.Config) *simulator.Board {
+	t.Helper()
+	cfg.Profile = loadProfile(t, "breadboard")
+	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	b, err := simulator.NewBoard(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	require.NoError(t, b.ConnectWebSocket(ctx, a.DeviceURL()))
+	return b
+}
+
+// A board that drops mid-conversation ends its upstream conversation too:
+// nothing stays open on either side.
+func TestVoiceBoardLeavesMidConversation(t *testing.T) {
+	leakCheck(t)
+	stub := startStub(t, func(c *voicestub.Config) { c.TTSFrames = 200; c.Pace = 60 * time.Millisecond })
+	a := voiceBridge(t, stub, nil)
+	mac := "0a:00:00:00:00:41"
+	b := wsBoard(t, a, mac, 1)
+	apiOf(t, a).waitReady(mac)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = b.Converse(ctx, simulator.ConverseOptions{Frames: 5})
+	}()
+	eventually(t, "the board speaking", func() error {
+		if s := b.AudioState(); s != "speaking" {
+			return fmt.Errorf("board is %s", s)
+		}
+		return nil
+	})
+	require.NoError(t, b.Close())
+	cancel()
+	<-done
+	eventually(t, "the conversation ended on both sides", func() error {
+		if st := a.voice.Stats(); st.Active != 0 {
+			return fmt.Errorf("%d conversations still open", st.Active)
+		}
+		for _, c := range stub.Device(mac) {
+			if !c.Closed {
+				return fmt.Errorf("upstream connection %d still open", c.ID)
+			}
+		}
+		return nil
+	})
+}
+
+// The upstream going away in the middle of its own tool call: the call
+// the board is running ends as the board ends it, the bridge's calls go on,
+// and the board's next conversation reaches the upstream again.
+func TestVoiceUpstreamClosesMidCall(t *testing.T) {
+	leakCheck(t)
+	stub := startStub(t, nil)
+	a := voiceBridge(t, stub, func(c *Config) { c.Voice.RetryAfter = 10 * time.Millisecond })
+	mac := "0a:00:00:00:00:42"
+	release := make(chan struct{})
+	b := wsBoardWith(t, a, simulator.Config{MAC: mac, Hold: map[string]<-chan struct{}{"self.lamp.turn_on": release}})
+	api := apiOf(t, a)
+	api.waitReady(mac)
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	require.NoError(t, stub.WaitTools(ctx, mac))
+	callErr := make(chan error, 1)
+	go func() {
+		_, err := stub.CallTool(ctx, mac, "self.lamp.turn_on", nil)
+		callErr <- err
+	}()
+	eventually(t, "the upstream's call on the board", func() error {
+		if s, ok := a.Hub.Session(mac); !ok || s.Pending() == 0 {
+			return fmt.Errorf("nothing pending")
+		}
+		return nil
+	})
+	require.Equal(t, 1, stub.Disconnect(mac))
+	require.Error(t, <-callErr)
+	close(release)
+	code, body := api.call(mac, "self.get_device_status", nil)
+	require.Equal(t, 200, code, body)
+	eventually(t, "the old conversation gone", func() error {
+		if st := a.voice.Stats(); st.Active != 0 {
+			return fmt.Errorf("%d open", st.Active)
+		}
+		return nil
+	})
+	// The board still holds its socket; its next conversation opens a new
+	// upstream conversation and gets the new hello.
+	conv, err := b.Converse(ctx, simulator.ConverseOptions{Frames: 5, DecodeQueue: -1})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"heard 5 frames"}, conv.STT)
+	conns := stub.Device(mac)
+	require.Len(t, conns, 2)
+	assert.Equal(t, conns[1].SessionID, b.SessionID(), "the board took the new upstream session")
+}
+
+// An upstream that stops reading for a while: the relay holds a bounded
+// queue and drops the audio past it (as a board drops audio it cannot play
+// in time), keeps the conversation's messages and their order, and the
+// board keeps its tools; once the upstream reads again the turn completes
+// with what was relayed.
+func TestVoiceUpstreamSlow(t *testing.T) {
+	leakCheck(t)
+	stub := startStub(t, func(c *voicestub.Config) { c.AutoFrames = 100000 })
+	stub.SetFaults(voicestub.Faults{StallAfter: 1, StallFor: time.Second})
+	a := voiceBridge(t, stub, func(c *Config) { c.Voice.QueueFrames = 4 })
+	mac := "0a:00:00:00:00:43"
+	b := wsBoard(t, a, mac, 1)
+	api := apiOf(t, a)
+	api.waitReady(mac)
+	ctx, cancel := context.WithTimeout(context.Background(), mqttWait)
+	defer cancel()
+	const frames = 3000
+	conv, err := b.Converse(ctx, simulator.ConverseOptions{Frames: frames, FrameBytes: 1400, Mode: simulator.ModeManual,
+		DecodeQueue: -1, ReplyTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	st := a.voice.Stats()
+	assert.Positive(t, st.DroppedUp, "audio past the queue is dropped")
+	assert.Equal(t, int64(frames), st.FramesUp+st.DroppedUp, "every frame relayed or counted as dropped")
+	require.Len(t, conv.STT, 1)
+	assert.Equal(t, fmt.Sprintf("heard %d frames", st.FramesUp), conv.STT[0], "the upstream heard exactly what was relayed")
+	code, body := api.call(mac, "self.get_device_status", nil)
+	assert.Equal(t, 200, code, body)
 }

@@ -34,6 +34,10 @@ type voiceLink struct {
 	attached chan struct{}
 	conv     atomic.Pointer[voice.Conversation]
 	opening  atomic.Bool
+	// heldMu guards held, what the board said while a conversation opens
+	// (opening set); see hold and release.
+	heldMu sync.Mutex
+	held   []heldMsg
 	// wg counts reopen attempts; close waits for them.
 	wg      sync.WaitGroup
 	closed  chan struct{}
@@ -96,12 +100,12 @@ func (v *voiceLink) text(msg []byte) bool {
 		conv.Text(msg)
 		return true
 	}
-	if !v.reopen(msg) && !v.opening.Load() {
-		// The board started a conversation that cannot reach the
-		// upstream yet (voice.retry_after): say so rather than let it
-		// listen to nobody.
-		v.alert()
+	if v.hold(false, msg) {
+		return true
 	}
+	// The board started a conversation that cannot reach the upstream
+	// yet (voice.retry_after): say so rather than let it talk to nobody.
+	v.alert()
 	return true
 }
 
@@ -111,52 +115,117 @@ func (v *voiceLink) audio(frame []byte) {
 		conv.Audio(frame)
 		return
 	}
-	v.dropped.Add(1)
-	_ = v.reopen(nil)
+	if !v.hold(true, frame) {
+		v.dropped.Add(1)
+	}
+}
+
+// maxHeld bounds what a board says while its next conversation opens
+// (about 4 s of audio).
+const maxHeld = 64
+
+type heldMsg struct {
+	binary bool
+	data   []byte
+}
+
+// hold keeps a message from the board while a conversation opens (and
+// starts opening one), so its first words reach the upstream; false when
+// no conversation can open now.
+func (v *voiceLink) hold(binary bool, data []byte) bool {
+	v.heldMu.Lock()
+	defer v.heldMu.Unlock()
+	if conv := v.current(); conv != nil {
+		// It opened meanwhile, and everything held has been passed on.
+		if binary {
+			conv.Audio(data)
+		} else {
+			conv.Text(data)
+		}
+		return true
+	}
+	if !v.opening.Load() && !v.reopen() {
+		return false
+	}
+	if len(v.held) < maxHeld {
+		v.held = append(v.held, heldMsg{binary: binary, data: data})
+	} else {
+		v.dropped.Add(1)
+	}
+	return true
+}
+
+// release passes what was held on to conv, then makes conv current, in
+// that order, so nothing overtakes what was held.
+func (v *voiceLink) release(conv *voice.Conversation) {
+	for {
+		v.heldMu.Lock()
+		batch := v.held
+		v.held = nil
+		if len(batch) == 0 {
+			v.conv.Store(conv)
+			v.opening.Store(false)
+			v.heldMu.Unlock()
+			return
+		}
+		v.heldMu.Unlock()
+		for _, m := range batch {
+			if m.binary {
+				conv.Audio(m.data)
+			} else {
+				conv.Text(m.data)
+			}
+		}
+	}
+}
+
+// drop forgets what was held when the conversation could not open.
+func (v *voiceLink) drop() {
+	v.heldMu.Lock()
+	v.held = nil
+	v.opening.Store(false)
+	v.heldMu.Unlock()
 }
 
 // reopen starts a new conversation in the background (the socket's reader
-// must not wait on the upstream), then relays first, the message that
-// asked for it.
-func (v *voiceLink) reopen(first []byte) bool {
+// must not wait on the upstream); what the board says meanwhile is held
+// and passed on once it is open. heldMu is held by the caller.
+func (v *voiceLink) reopen() bool {
 	hello := v.hello.Load()
-	if hello == nil || !v.relay.MayRetry(v.board.DeviceID) || !v.opening.CompareAndSwap(false, true) {
+	if hello == nil || !v.relay.MayRetry(v.board.DeviceID) {
 		return false
 	}
 	select {
 	case <-v.closed:
-		v.opening.Store(false)
 		return false
 	default:
 	}
+	v.opening.Store(true)
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		defer v.opening.Store(false)
-		ctx := v.ctx
-		conv, sh, err := v.relay.Open(ctx, v.board, *hello, v)
+		conv, sh, err := v.relay.Open(v.ctx, v.board, *hello, v)
 		if err != nil {
+			v.drop()
 			v.alert()
 			return
 		}
-		v.conv.Store(conv)
+		// The board takes a hello at any time and adopts its session id
+		// and audio parameters; it goes first, before anything relayed
+		// from the new conversation.
+		sendCtx, cancel := context.WithTimeout(v.ctx, v.c.cfg.WriteTimeout)
+		err = v.c.Send(sendCtx, v.serverHello(sh))
+		cancel()
+		if err != nil {
+			v.drop()
+			conv.Close(voice.ErrBoardLeft)
+			return
+		}
+		v.release(conv)
 		select {
 		case <-v.closed:
 			conv.Close(voice.ErrBoardLeft)
-			return
 		default:
-		}
-		// The board takes a hello at any time and adopts its session id
-		// and audio parameters.
-		sendCtx, cancelSend := context.WithTimeout(ctx, v.c.cfg.WriteTimeout)
-		err = v.c.Send(sendCtx, v.serverHello(sh))
-		cancelSend()
-		if err != nil {
-			conv.Close(voice.ErrBoardLeft)
-			return
-		}
-		if first != nil {
-			conv.Text(first)
 		}
 	}()
 	return true
