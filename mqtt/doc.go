@@ -72,5 +72,7 @@
 // log throttles'. A link's messages are handled one at a time by its
 // reader goroutine (internal/drainer) rather than under a lock, and the
 // link's close path waits for that reader before it ends the audio
-// session, so no hello can open a new one behind the goodbye.
+// session, so no hello can open a new one behind the goodbye. With a voice
+// upstream (voice.go), a hello opens its conversation in a goroutine of the
+// link's, which the close path cancels and waits for too.
 package mqtt

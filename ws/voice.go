@@ -258,7 +258,11 @@ func (v *voiceLink) attach(s *device.Session) {
 // close ends the conversation with the board's socket and waits for a
 // reopen in progress.
 func (v *voiceLink) close() {
+	// Under heldMu: reopen (which runs under it) either sees closed or
+	// has counted its goroutine in wg before the Wait below.
+	v.heldMu.Lock()
 	close(v.closed)
+	v.heldMu.Unlock()
 	v.cancel()
 	if conv := v.conv.Load(); conv != nil {
 		conv.Close(voice.ErrBoardLeft)
