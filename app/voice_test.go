@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,7 +61,7 @@ func wsBoard(t *testing.T, a *App, mac string, version int) *simulator.Board {
 // converse holds one conversation and checks what both ends got, byte for
 // byte: the upstream heard the board's frames, the board heard the
 // upstream's answer.
-func converse(t *testing.T, b *simulator.Board, stub *voicestub.Server, version int, pace time.Duration) {
+func converse(t *testing.T, b *simulator.Board, stub *voicestub.Server, version int, pace time.Duration, lossy bool) {
 	t.Helper()
 	const frames = 5
 	sent := make([][]byte, frames)
@@ -75,9 +76,24 @@ func converse(t *testing.T, b *simulator.Board, stub *voicestub.Server, version 
 	assert.Equal(t, []string{fmt.Sprintf("heard %d frames", frames)}, conv.STT)
 	assert.Equal(t, []string{fmt.Sprintf("You said %d frames.", frames)}, conv.Sentences)
 	got := conv.Payloads()
-	require.Len(t, got, 4)
-	for k := range got {
-		assert.Equal(t, voicestub.ExpectedReply(sent, k), got[k], "downlink frame %d", k)
+	if !lossy {
+		require.Len(t, got, 4)
+		for k := range got {
+			assert.Equal(t, voicestub.ExpectedReply(sent, k), got[k], "downlink frame %d", k)
+		}
+	} else {
+		// Over MQTT+UDP the board may drop the first frames when its tts
+		// start comes late through the broker (as real boards do): what it
+		// played is the upstream's frames, byte for byte, in order.
+		require.NotEmpty(t, got)
+		k := 0
+		for _, p := range got {
+			for k < 4 && !bytes.Equal(voicestub.ExpectedReply(sent, k), p) {
+				k++
+			}
+			require.Less(t, k, 4, "downlink frame %q is none of the upstream's, or out of order", p)
+			k++
+		}
 	}
 	conns := stub.Device(b.MAC())
 	require.NotEmpty(t, conns)
@@ -94,7 +110,8 @@ func converse(t *testing.T, b *simulator.Board, stub *voicestub.Server, version 
 // on /mcp.
 func TestVoiceRelayBothTransports(t *testing.T) {
 	leakCheck(t)
-	stub := startStub(t, nil)
+	// Audio paced as a real server sends it.
+	stub := startStub(t, func(c *voicestub.Config) { c.Pace = 60 * time.Millisecond })
 	a := voiceBridge(t, stub, nil)
 	api := apiOf(t, a)
 	for v := 1; v <= 3; v++ {
@@ -102,7 +119,7 @@ func TestVoiceRelayBothTransports(t *testing.T) {
 			mac := fmt.Sprintf("0a:00:00:00:00:0%d", v)
 			b := wsBoard(t, a, mac, v)
 			api.waitReady(mac)
-			converse(t, b, stub, v, 0)
+			converse(t, b, stub, v, 0, false)
 			assert.True(t, stub.Device(mac)[0].HasAuthorization)
 		})
 	}
@@ -114,7 +131,7 @@ func TestVoiceRelayBothTransports(t *testing.T) {
 		// Real time: over MQTT, JSON and audio travel apart (broker and
 		// UDP), and a board speaking faster than real time could have its
 		// first frames reach the upstream before its listen start.
-		converse(t, b, stub, 1, 60*time.Millisecond)
+		converse(t, b, stub, 1, 60*time.Millisecond, true)
 	})
 	st := a.voice.Stats()
 	assert.GreaterOrEqual(t, st.Opened, int64(4))

@@ -73,10 +73,11 @@ func newVoiceAudio(a *audioSession, conv conversation) (*voiceAudio, error) {
 	return v, nil
 }
 
-// ttsGap is how long downlink audio waits behind a "tts start": the
-// message goes through the broker, the audio straight over UDP, and a
-// board drops audio that reaches it before it is speaking (firmware 4.3).
-const ttsGap = 40 * time.Millisecond
+// ttsGap is how long downlink audio waits behind a "tts start" (one frame
+// period): the message goes through the broker, the audio straight over
+// UDP, and a board drops audio that reaches it before it is speaking
+// (firmware 4.3).
+const ttsGap = 60 * time.Millisecond
 
 // mqttSide is a conversation's way to its MQTT board: text over MQTT,
 // audio over UDP, MCP through the board's session.

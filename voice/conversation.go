@@ -146,11 +146,14 @@ func (c *Conversation) abandon() {
 }
 
 // Text queues a board's conversation message (listen, abort, ...) for the
-// upstream, waiting at most WriteTimeout for room; past that the upstream
-// is too slow and the conversation ends.
-func (c *Conversation) Text(msg []byte) {
+// upstream.
+func (c *Conversation) Text(msg []byte) { c.queue(frame{data: msg}) }
+
+// queue waits at most WriteTimeout for room for a message that must not be
+// dropped; past that the upstream is too slow and the conversation ends.
+func (c *Conversation) queue(f frame) {
 	select {
-	case c.out <- frame{data: msg}:
+	case c.out <- f:
 		return
 	case <-c.done:
 		return
@@ -159,10 +162,10 @@ func (c *Conversation) Text(msg []byte) {
 	t := time.NewTimer(c.r.cfg.WriteTimeout)
 	defer t.Stop()
 	select {
-	case c.out <- frame{data: msg}:
+	case c.out <- f:
 	case <-c.done:
 	case <-t.C:
-		c.Close(ErrUpstreamSlow)
+		c.finish(ErrUpstreamSlow)
 	}
 }
 
@@ -343,14 +346,7 @@ func (c *Conversation) reply(payload json.RawMessage) {
 	if err != nil {
 		return
 	}
-	t := time.NewTimer(c.r.cfg.WriteTimeout)
-	defer t.Stop()
-	select {
-	case c.out <- frame{data: msg}:
-	case <-c.done:
-	case <-t.C:
-		c.finish(ErrUpstreamSlow)
-	}
+	c.queue(frame{data: msg})
 }
 
 // ended runs when the reader stops: the conversation is over for both.
