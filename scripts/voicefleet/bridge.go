@@ -259,6 +259,29 @@ func cpuSeconds(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ is 100 on Linux
 }
 
+// machineBusySeconds is the CPU time every core of the machine has spent
+// busy (not idle, not waiting for I/O), from /proc/stat.
+func machineBusySeconds() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is already in user
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100
+}
+
 // udpDrops reads the kernel's drop counters (/proc/net/udp): of the UDP
 // socket bound to 127.0.0.1:port (the bridge's audio socket), and summed
 // over this process's own UDP sockets (the boards'). They count datagrams

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -158,16 +159,21 @@ func run(ctx context.Context, o options, logw io.Writer) (*result, error) {
 	logf(logw, "%d boards ready in %.1f s; conversing", res.Ready, res.ReadyS)
 
 	// Converse, all at once, starts spread evenly over o.spread.
-	cpu0, t2 := cpuSeconds(pid), time.Now()
+	cpu0, self0, all0, t2 := cpuSeconds(pid), cpuSeconds(os.Getpid()), machineBusySeconds(), time.Now()
 	stopRSS := sampleRSS(pid, &res.BridgeRSSMaxMiB)
 	converseAll(ctx, o, boards)
 	stopRSS()
 	res.ConverseS = since(t2)
 	if res.ConverseS > 0 {
 		res.BridgeCPUCores = round2((cpuSeconds(pid) - cpu0) / res.ConverseS)
+		res.HarnessCPUCores = round2((cpuSeconds(os.Getpid()) - self0) / res.ConverseS)
+		res.MachineBusyCores = round2((machineBusySeconds() - all0) / res.ConverseS)
+		res.OthersCPUCores = round2(max(res.MachineBusyCores-res.BridgeCPUCores-res.HarnessCPUCores, 0))
+		res.Cores = runtime.NumCPU()
 	}
 	res.BridgeRSSMiB, res.BridgeRSSPeakMiB = procStatus(pid)
-	res.BridgeRSSMiB, res.BridgeRSSPeakMiB = round2(res.BridgeRSSMiB), round2(res.BridgeRSSPeakMiB)
+	// VmHWM can trail the sampled VmRSS by a page-count sync.
+	res.BridgeRSSMiB, res.BridgeRSSPeakMiB = round2(res.BridgeRSSMiB), round2(max(res.BridgeRSSPeakMiB, res.BridgeRSSMaxMiB))
 	if br.udpPort != 0 {
 		res.UDPDropsBridge, res.UDPDropsBoards = udpDrops(br.udpPort)
 	}

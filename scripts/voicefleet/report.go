@@ -52,10 +52,12 @@ type result struct {
 	DownlinkRejected     int `json:"downlink_rejected"`
 	DownlinkMismatch     int `json:"downlink_mismatch"`
 	DownlinkUnstamped    int `json:"downlink_unstamped,omitempty"`
-	// Of the not-speaking drops: frames that reached the board after its
-	// conversation had ended (after tts stop; MQTT: the datagram was
-	// overtaken by the tts stop through the broker).
-	DownlinkAfterEnd       int `json:"downlink_after_tts_stop"`
+	// The not-speaking drops by where the frames sat in the answer: before
+	// the first frame played (they beat tts start; MQTT: the message goes
+	// through the broker, the audio straight over UDP) or after the last
+	// (tts stop overtook them).
+	DownlinkBeforeStart    int `json:"downlink_before_tts_start"`
+	DownlinkAfterStop      int `json:"downlink_after_tts_stop"`
 	DownlinkPlayed         int `json:"downlink_played"`
 	AnswersWrittenUpstream int `json:"answers_written_upstream"`
 
@@ -82,13 +84,20 @@ type result struct {
 	MQTTDropped       int64 `json:"mqtt_messages_dropped,omitempty"`
 	// Kernel drops on full UDP receive buffers (mqtt): the bridge's audio
 	// socket, the boards' sockets.
-	UDPDropsBridge int64 `json:"udp_drops_bridge,omitempty"`
-	UDPDropsBoards int64 `json:"udp_drops_boards,omitempty"`
+	UDPDropsBridge int64 `json:"udp_drops_bridge"`
+	UDPDropsBoards int64 `json:"udp_drops_boards"`
 
-	BridgeRSSMiB     float64        `json:"bridge_rss_mib"`
-	BridgeRSSMaxMiB  float64        `json:"bridge_rss_max_during_mib"`
-	BridgeRSSPeakMiB float64        `json:"bridge_rss_peak_mib"`
-	BridgeCPUCores   float64        `json:"bridge_cpu_cores"`
+	BridgeRSSMiB     float64 `json:"bridge_rss_mib"`
+	BridgeRSSMaxMiB  float64 `json:"bridge_rss_max_during_mib"`
+	BridgeRSSPeakMiB float64 `json:"bridge_rss_peak_mib"`
+	BridgeCPUCores   float64 `json:"bridge_cpu_cores"`
+	// This process (the boards and the stub) over the conversations.
+	HarnessCPUCores float64 `json:"harness_cpu_cores"`
+	// The whole machine over the conversations, and what other processes
+	// (other work on a shared machine) took of it.
+	Cores            int            `json:"cores"`
+	MachineBusyCores float64        `json:"machine_busy_cores"`
+	OthersCPUCores   float64        `json:"others_cpu_cores"`
 	BridgeLog        map[string]int `json:"bridge_log,omitempty"`
 }
 
@@ -112,6 +121,17 @@ func (r *result) relayMetrics(m map[string]float64) {
 // tally fills the counts and latencies from the boards' conversations and
 // the stub's records.
 func (r *result) tally(boards []*board, conns []voicestub.Connection, o options) {
+	// The first payload each board's turn was heard with, which the
+	// stub's answer repeats (not the board's first when that was lost).
+	firstHeard := map[string][]byte{}
+	for _, c := range conns {
+		mac := strings.ToLower(c.DeviceID)
+		for _, cv := range c.Conversations {
+			if _, ok := firstHeard[mac]; !ok && len(cv.Payloads) > 0 {
+				firstHeard[mac] = cv.Payloads[0]
+			}
+		}
+	}
 	var fails counts
 	var all, first, rest []time.Duration
 	for _, b := range boards {
@@ -142,14 +162,18 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 		if b.mqtt != nil {
 			total += int(b.mqtt.Stats().AudioRejected)
 		}
-		after := max(total-inConv, 0)
-		r.DownlinkAfterEnd += after
-		r.DownlinkNotSpeaking += after
-		r.DownlinkReceived += inConv + after
+		// Frames that came after Converse returned are not in c: they
+		// came after tts stop, when the board does not play.
+		late := max(total-inConv, 0)
+		r.DownlinkNotSpeaking += late
+		r.DownlinkReceived += inConv + late
 		// The stub answers with "tts-<k>-" and the turn's first heard
 		// payload, after the stamp.
-		heard := [][]byte{simulator.DefaultPayload(b.sim.MAC(), 0, o.frameBytes)}
-		last := -1
+		var heard [][]byte
+		if p, ok := firstHeard[b.sim.MAC()]; ok {
+			heard = [][]byte{p}
+		}
+		last, firstPlayed := -1, 0
 		for _, a := range c.Audio {
 			at, ok := voicestub.ReadStamp(a.Payload)
 			if !ok {
@@ -163,6 +187,9 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 				r.DownlinkMismatch++
 			}
 			if ok && k > last {
+				if last < 0 {
+					firstPlayed = k
+				}
 				last = k
 			}
 			if k == 0 {
@@ -171,6 +198,13 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 				rest = append(rest, d)
 			}
 		}
+		// Frames 0..firstPlayed-1 were not played: those the board got
+		// while not speaking came before tts start; the rest of its
+		// not-speaking drops came after tts stop.
+		notSpeaking := c.Dropped + late
+		before := min(firstPlayed, notSpeaking)
+		r.DownlinkBeforeStart += before
+		r.DownlinkAfterStop += notSpeaking - before
 	}
 	r.ConversationsFailed = r.Boards - r.ConversationsOK
 	r.Failures = fails.snapshot()
@@ -183,12 +217,15 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 		r.UplinkHeard += c.FramesHeard
 		r.DownlinkSent += c.FramesSent
 		r.AnswersWrittenUpstream += c.Answers
-		k := 0
+		// Each heard payload must be one the board sent, in order (a
+		// lost frame leaves a gap, not a mismatch).
+		mac, last := strings.ToLower(c.DeviceID), -1
 		for _, p := range c.Payloads {
-			if !bytes.Equal(p, simulator.DefaultPayload(strings.ToLower(c.DeviceID), k, o.frameBytes)) {
+			k, ok := uplinkIndex(p, mac)
+			if !ok || k <= last || !bytes.Equal(p, simulator.DefaultPayload(mac, k, o.frameBytes)) {
 				r.UplinkMismatch++
 			}
-			k++
+			last = max(last, k)
 		}
 	}
 	r.UplinkLost = r.UplinkSent - r.UplinkHeard
@@ -215,6 +252,20 @@ func replyIndex(p []byte) (int, bool) {
 		return 0, false
 	}
 	i := bytes.IndexByte(rest, '-')
+	if i < 1 {
+		return 0, false
+	}
+	k, err := strconv.Atoi(string(rest[:i]))
+	return k, err == nil && k >= 0
+}
+
+// uplinkIndex reads k from a default uplink payload "opus <mac> #<k> ...".
+func uplinkIndex(p []byte, mac string) (int, bool) {
+	rest, ok := bytes.CutPrefix(p, []byte("opus "+mac+" #"))
+	if !ok {
+		return 0, false
+	}
+	i := bytes.IndexByte(rest, ' ')
 	if i < 1 {
 		return 0, false
 	}
