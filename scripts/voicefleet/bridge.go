@@ -51,9 +51,9 @@ func freePort(network string) (int, error) {
 // buildBridge builds cmd/bridge into dir.
 func buildBridge(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "bridge")
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bridge").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/devicebridge/devicebridge/cmd/bridge").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/bridge (run from the repository root): %v: %s", err, out)
+		return "", fmt.Errorf("go build cmd/bridge (run inside the module): %v: %s", err, out)
 	}
 	return bin, nil
 }

@@ -32,6 +32,9 @@ type result struct {
 	ConversationsFailed int            `json:"conversations_failed"`
 	Failures            map[string]int `json:"failures,omitempty"`
 	ConverseS           float64        `json:"converse_s"`
+	// What the upstream saw of the failed conversations' boards: no
+	// connection, no listen start, a turn never stopped, or answered.
+	FailedUpstreamView map[string]int `json:"failed_upstream_view,omitempty"`
 
 	// Uplink: frames the boards sent, the upstream heard.
 	UplinkSent     int `json:"uplink_sent"`
@@ -132,7 +135,7 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 			}
 		}
 	}
-	var fails counts
+	var fails, view counts
 	var all, first, rest []time.Duration
 	for _, b := range boards {
 		if !b.up {
@@ -145,6 +148,7 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 		}
 		if b.err != nil {
 			fails.add(convReason(b.err))
+			view.add(upstreamView(conns, b.sim.MAC()))
 		} else {
 			r.ConversationsOK++
 		}
@@ -208,6 +212,7 @@ func (r *result) tally(boards []*board, conns []voicestub.Connection, o options)
 	}
 	r.ConversationsFailed = r.Boards - r.ConversationsOK
 	r.Failures = fails.snapshot()
+	r.FailedUpstreamView = view.snapshot()
 
 	// The upstream's side: every connection of each board.
 	for _, c := range conns {
@@ -257,6 +262,28 @@ func replyIndex(p []byte) (int, bool) {
 	}
 	k, err := strconv.Atoi(string(rest[:i]))
 	return k, err == nil && k >= 0
+}
+
+// upstreamView says how far the upstream got with a board's conversation.
+func upstreamView(conns []voicestub.Connection, mac string) string {
+	view := "no upstream connection"
+	for _, c := range conns {
+		if !strings.EqualFold(c.DeviceID, mac) || c.Status != 101 {
+			continue
+		}
+		view = "no listen start"
+		for _, cv := range c.Conversations {
+			switch {
+			case cv.Answered:
+				return "answered"
+			case cv.EndedBy == "" || cv.EndedBy == "close":
+				view = "turn never stopped (no listen stop)"
+			default:
+				view = "turn ended by " + cv.EndedBy
+			}
+		}
+	}
+	return view
 }
 
 // uplinkIndex reads k from a default uplink payload "opus <mac> #<k> ...".
