@@ -69,6 +69,7 @@ func (m *Main) ParseFlags(args []string, stderr io.Writer) error {
 	fs.IntVar(&m.cfg.TTSFrames, "frames", voicestub.DefaultTTSFrames, "audio frames in each answer")
 	fs.IntVar(&m.cfg.AutoFrames, "auto-frames", voicestub.DefaultAutoFrames, "frames that end an auto-mode turn (stands in for voice-activity detection)")
 	fs.DurationVar(&m.cfg.Pace, "pace", 0, "gap between answer frames (60ms is real time; 0 sends them back to back)")
+	fs.BoolVar(&m.cfg.Stamp, "stamp", false, "put the send time (8 bytes, big-endian Unix nanoseconds) in front of each answer frame's payload, for latency measurements")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err

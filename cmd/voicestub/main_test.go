@@ -22,13 +22,14 @@ func TestMain(m *testing.M) {
 func TestParseFlags(t *testing.T) {
 	m := &Main{}
 	require.NoError(t, m.ParseFlags([]string{"--listen", "127.0.0.1:0", "--token", "a", "--token", "b",
-		"--secret", "s", "--ota-activation-code", "123456", "--frames", "7", "--pace", "60ms", "--log-level", "warn"}, io.Discard))
+		"--secret", "s", "--ota-activation-code", "123456", "--frames", "7", "--pace", "60ms", "--stamp", "--log-level", "warn"}, io.Discard))
 	assert.Equal(t, "127.0.0.1:0", m.listen)
 	assert.Equal(t, []string{"a", "b"}, m.cfg.Tokens)
 	assert.Equal(t, "s", m.cfg.Secret)
 	assert.Equal(t, "123456", m.cfg.ActivationCode)
 	assert.Equal(t, 7, m.cfg.TTSFrames)
 	assert.Equal(t, 60*time.Millisecond, m.cfg.Pace)
+	assert.True(t, m.cfg.Stamp)
 
 	for _, bad := range [][]string{{"--frames", "0"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}} {
 		assert.Error(t, (&Main{}).ParseFlags(bad, io.Discard), "%q", bad)

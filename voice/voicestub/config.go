@@ -64,8 +64,16 @@ type Config struct {
 	// standing in for voice-activity detection (default 5).
 	AutoFrames int
 	// Pace is the gap between TTS frames; 0 sends them back to back.
-	// Real servers pace at the frame duration (60 ms).
+	// Real servers pace at the frame duration (60 ms). Frame k is due
+	// k*Pace after the first, so a late frame is followed by the next at
+	// once rather than pushing every later one back, as a real-time
+	// stream does.
 	Pace time.Duration
+	// Stamp puts the time each TTS frame is written, 8 bytes big-endian
+	// Unix nanoseconds, in front of its payload (StampedReply), so a
+	// board on the same clock can time the downlink (ReadStamp). Without
+	// it payloads are exactly ExpectedReply.
+	Stamp bool
 	// MCPTimeout bounds each wait for the board's answer to initialize or
 	// a tools/list page (default 30 s). CallTool is bounded by its ctx.
 	MCPTimeout time.Duration

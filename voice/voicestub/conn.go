@@ -2,6 +2,7 @@ package voicestub
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"sync"
@@ -73,11 +74,14 @@ type job struct {
 }
 
 // outItem is one message for the writer; after runs under s.mu once the
-// message is written.
+// message is written. With stamp, the writer puts the time of the write in
+// the StampSize bytes of data at stampAt.
 type outItem struct {
-	binary bool
-	data   []byte
-	after  func(r *connRec)
+	binary  bool
+	data    []byte
+	stamp   bool
+	stampAt int
+	after   func(r *connRec)
 }
 
 func newConn(s *Server, rec *connRec, f Faults, log *zap.Logger) *conn {
@@ -171,7 +175,13 @@ func (c *conn) writeLoop() {
 			if m.binary {
 				typ = websocket.BinaryMessage
 			}
-			_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+			now := time.Now()
+			if m.stamp {
+				// As late as possible: the stamp times everything after the
+				// stub's own queue.
+				binary.BigEndian.PutUint64(m.data[m.stampAt:], uint64(now.UnixNano()))
+			}
+			_ = c.ws.SetWriteDeadline(now.Add(c.s.cfg.WriteTimeout))
 			if err := c.ws.WriteMessage(typ, m.data); err != nil {
 				c.shutdown("write: " + err.Error())
 				return
@@ -563,17 +573,24 @@ func (c *conn) answer(j job) {
 	if j.heard > 0 {
 		heard = [][]byte{j.first}
 	}
+	first := time.Now()
 	for k := range c.s.cfg.TTSFrames {
-		if k > 0 && c.s.cfg.Pace > 0 && !c.pause(j.gen) {
+		if k > 0 && c.s.cfg.Pace > 0 && !c.pause(j.gen, first.Add(time.Duration(k)*c.s.cfg.Pace)) {
 			aborted()
 			return
 		}
 		if aborted() {
 			return
 		}
-		ok := c.send(outItem{binary: true, data: ExpectedFrame(c.version, heard, k), after: func(r *connRec) {
+		m := outItem{binary: true, data: ExpectedFrame(c.version, heard, k), after: func(r *connRec) {
 			conv(r, j.idx, func(cv *Conversation) { cv.FramesSent++ })
-		}})
+		}}
+		if c.s.cfg.Stamp {
+			// The writer stamps it again with the time of the write.
+			m.data, _ = Frame(c.version, uint32(k*ReplyFrameDuration), StampedReply(heard, k, time.Now()))
+			m.stamp, m.stampAt = true, headerSize(c.version)
+		}
+		ok := c.send(m)
 		if !ok {
 			return
 		}
@@ -584,10 +601,10 @@ func (c *conn) answer(j job) {
 	})
 }
 
-// pause waits Pace between frames; false if an abort (newer than gen) or
-// the end of the connection interrupts it.
-func (c *conn) pause(gen uint64) bool {
-	t := time.NewTimer(c.s.cfg.Pace)
+// pause waits until the next frame is due; false if an abort (newer than
+// gen) or the end of the connection interrupts it.
+func (c *conn) pause(gen uint64, due time.Time) bool {
+	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	for {
 		select {

@@ -23,9 +23,11 @@
 //     stt {"text":"heard N frames"}, llm {"text":"😀","emotion":"happy"},
 //     tts start, tts sentence_start {"text":"You said N frames."},
 //     TTSFrames binary frames (ExpectedFrame: payload k is "tts-k-" and
-//     the turn's first heard payload), tts stop. An abort cuts the answer
-//     at the next frame and is answered with one tts stop. Every downlink
-//     text message carries session_id.
+//     the turn's first heard payload; with Stamp, the time of the write
+//     in 8 bytes before it, StampedReply), paced Pace apart when set,
+//     tts stop. An abort cuts the answer at the next frame and is
+//     answered with one tts stop. Every downlink text message carries
+//     session_id.
 //   - OTA: server_time, the board's own version echoed as firmware, the
 //     WebSocket URL and token, and an activation block until the device
 //     has called /activate twice (202, then 200).

@@ -86,7 +86,8 @@ const MaxReplyPayload = 1024
 // ExpectedReply is the payload of TTS frame k (0-based) of an answer to a
 // turn whose heard Opus payloads are heard: "tts-<k>-" followed by the first
 // heard payload (nothing if the turn heard no frame or its first frame was
-// malformed), cut to MaxReplyPayload bytes.
+// malformed), cut to MaxReplyPayload bytes. That is the whole payload
+// unless Config.Stamp is set (see StampedReply).
 func ExpectedReply(heard [][]byte, k int) []byte {
 	p := []byte("tts-" + strconv.Itoa(k) + "-")
 	if len(heard) > 0 {
@@ -103,13 +104,47 @@ func ExpectedReply(heard [][]byte, k int) []byte {
 const ReplyFrameDuration = 60
 
 // ExpectedFrame is TTS frame k as it goes on the wire in the given
-// protocol version: ExpectedReply framed with timestamp k*60 (v2 only).
+// protocol version: ExpectedReply framed with timestamp k*60 (v2 only),
+// without Config.Stamp.
 func ExpectedFrame(version int, heard [][]byte, k int) []byte {
 	f, err := Frame(version, uint32(k*ReplyFrameDuration), ExpectedReply(heard, k))
 	if err != nil {
 		return nil // only for a bad version; the payload always fits
 	}
 	return f
+}
+
+// StampSize is the length of the send time Config.Stamp puts in front of
+// each TTS payload.
+const StampSize = 8
+
+// StampedReply is the payload of TTS frame k with Config.Stamp, stamped
+// at: the send time (8 bytes, big-endian Unix nanoseconds) followed by
+// ExpectedReply(heard, k).
+func StampedReply(heard [][]byte, k int, at time.Time) []byte {
+	p := make([]byte, StampSize, StampSize+MaxReplyPayload)
+	binary.BigEndian.PutUint64(p, uint64(at.UnixNano()))
+	return append(p, ExpectedReply(heard, k)...)
+}
+
+// ReadStamp returns the send time at the start of a stamped TTS payload,
+// and false if the payload is too short to carry one.
+func ReadStamp(payload []byte) (time.Time, bool) {
+	if len(payload) < StampSize {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(payload))), true
+}
+
+// headerSize is the framing header's length in a protocol version.
+func headerSize(version int) int {
+	switch version {
+	case 2:
+		return v2HeaderSize
+	case 3:
+		return v3HeaderSize
+	}
+	return 0
 }
 
 // Token makes the gateway token xiaozhi-esp32-server verifies:

@@ -216,6 +216,46 @@ func TestManualTurn(t *testing.T) {
 	assert.Equal(t, "stop", c.Conversations[0].EndedBy)
 }
 
+func TestStamp(t *testing.T) {
+	for version := 1; version <= 3; version++ {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			s := startStub(t, Config{TTSFrames: 3, Pace: time.Millisecond, Stamp: true})
+			mac := fmt.Sprintf("aa:bb:cc:dd:ee:2%d", version)
+			b := connect(t, s, mac, version, false)
+			heard := [][]byte{[]byte("opus-0")}
+			f, err := Frame(version, 0, heard[0])
+			require.NoError(t, err)
+			b.sendText(b.msg(`"type":"listen","state":"start","mode":"manual"`))
+			b.sendBinary(f)
+			before := time.Now()
+			b.sendText(b.msg(`"type":"listen","state":"stop"`))
+			for range 4 {
+				b.readText() // stt, llm, tts start, sentence_start
+			}
+			var prev time.Time
+			for k := range 3 {
+				frame := b.readBinary()
+				after := time.Now()
+				if version == 2 {
+					assert.Equal(t, uint32(k*ReplyFrameDuration), binary.BigEndian.Uint32(frame[8:]), "v2 timestamp")
+				}
+				p, err := Deframe(version, frame)
+				require.NoError(t, err)
+				at, ok := ReadStamp(p)
+				require.True(t, ok)
+				assert.False(t, at.Before(before) || at.After(after), "frame %d stamped %v, outside [%v, %v]", k, at, before, after)
+				assert.False(t, at.Before(prev), "stamps in order")
+				prev = at
+				assert.Equal(t, ExpectedReply(heard, k), p[StampSize:], "the rest as unstamped")
+				assert.Equal(t, StampedReply(heard, k, at), p)
+			}
+			assert.Equal(t, b.msg(`"type":"tts","state":"stop"`), b.readText())
+		})
+	}
+	_, ok := ReadStamp(make([]byte, StampSize-1))
+	assert.False(t, ok)
+}
+
 func TestAbort(t *testing.T) {
 	// An hour between frames: the answer is certainly still going when
 	// the abort arrives.
