@@ -23,6 +23,9 @@ const udpHeaderLen = 16
 // only accept this value themselves.
 const udpPacketType = 0x01
 
+// udpReadBuffer is the audio socket's receive buffer.
+const udpReadBuffer = 4 << 20
+
 // maxDatagram is the largest datagram a board can receive (its buffer is
 // 1500 bytes); uplink datagrams are no larger in practice.
 const maxDatagram = 1500
@@ -119,6 +122,12 @@ func listenUDP(addr string, fallback bool, log *zap.Logger) (*udpServer, error) 
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mqtt udp listen %q: %w", addr, err)
+	}
+	// One socket takes every board's audio: at a thousand relayed
+	// conversations the kernel's default buffer (about 200 KiB) overflows
+	// in bursts and drops datagrams. Linux caps the request at rmem_max.
+	if err := conn.SetReadBuffer(udpReadBuffer); err != nil {
+		log.Debug("udp audio socket: could not enlarge the receive buffer", zap.Error(err))
 	}
 	return &udpServer{conn: conn, log: log, sessions: map[uint32]*audioSession{}}, nil
 }
