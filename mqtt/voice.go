@@ -73,10 +73,10 @@ func newVoiceAudio(a *audioSession, conv conversation) (*voiceAudio, error) {
 	return v, nil
 }
 
-// ttsGap is how long downlink audio waits behind a "tts start" (one frame
-// period): the message goes through the broker, the audio straight over
-// UDP, and a board drops audio that reaches it before it is speaking
-// (firmware 4.3).
+// ttsGap is how long downlink audio waits behind a "tts start", and a
+// "tts stop" behind the last audio (one frame period): the messages go
+// through the broker, the audio straight over UDP, and a board plays audio
+// only between the two (firmware 4.3).
 const ttsGap = 60 * time.Millisecond
 
 // mqttSide is a conversation's way to its MQTT board: text over MQTT,
@@ -85,31 +85,59 @@ type mqttSide struct {
 	l     *link
 	audio atomic.Pointer[audioSession] // set once the board has its hello
 	// holdUntil (unix nanoseconds) holds downlink audio back after a tts
-	// start. The conversation's reader is the only caller of SendText and
-	// SendAudio, so waiting here keeps the upstream's order.
-	holdUntil atomic.Int64
+	// start, lastAudio holds a tts stop back after the last audio. The
+	// conversation's reader is the only caller of SendText and SendAudio,
+	// so waiting here keeps the upstream's order.
+	holdUntil, lastAudio atomic.Int64
 }
 
 var _ voice.BoardSide = (*mqttSide)(nil)
 
 func (s *mqttSide) SendText(ctx context.Context, msg []byte) error {
+	state := ttsState(msg)
+	if state == "stop" {
+		// The last datagrams must reach the board before it stops
+		// speaking: a board drops audio that arrives after tts stop.
+		if !s.wait(time.Unix(0, s.lastAudio.Load()).Add(ttsGap)) {
+			return s.l.ClosedErr()
+		}
+	}
 	if err := s.l.Send(ctx, msg); err != nil {
 		return err
 	}
-	if isTTSStart(msg) {
+	if state == "start" {
 		s.holdUntil.Store(time.Now().Add(ttsGap).UnixNano())
 	}
 	return nil
 }
 
-// isTTSStart spots {"type":"tts","state":"start"} without decoding every
-// message twice: only tts messages are decoded.
-func isTTSStart(msg []byte) bool {
+// ttsState is the state of a tts message ("start", "stop", ...), "" for
+// any other message; only messages that mention tts are decoded.
+func ttsState(msg []byte) string {
 	if !bytes.Contains(msg, []byte(`"tts"`)) {
-		return false
+		return ""
 	}
 	var m struct{ Type, State string }
-	return json.Unmarshal(msg, &m) == nil && m.Type == "tts" && m.State == "start"
+	if json.Unmarshal(msg, &m) != nil || m.Type != "tts" {
+		return ""
+	}
+	return m.State
+}
+
+// wait waits until t (at most one ttsGap); false when the link closed.
+func (s *mqttSide) wait(t time.Time) bool {
+	d := min(time.Until(t), ttsGap)
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-s.l.Done():
+		return false
+	}
 }
 
 func (s *mqttSide) SendAudio(frame []byte) bool {
@@ -117,15 +145,10 @@ func (s *mqttSide) SendAudio(frame []byte) bool {
 	if a == nil {
 		return false
 	}
-	if wait := time.Until(time.Unix(0, s.holdUntil.Load())); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-s.l.Done():
-			t.Stop()
-			return false
-		}
+	if !s.wait(time.Unix(0, s.holdUntil.Load())) {
+		return false
 	}
+	defer s.lastAudio.Store(time.Now().UnixNano())
 	return s.l.g.udp.sendDown(a, frame)
 }
 
