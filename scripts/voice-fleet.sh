@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # voice-fleet.sh: the voice relay end to end through the real transports
-# (docs/perf/voice-fleet.md). N simulated boards (default 1000) each hold
+# (docs/performance.md, "Voice relay end to end"). N simulated boards (default 1000) each hold
 # one conversation at the same time: F uplink frames (default 50) of 60 ms
 # audio in real time, then F downlink frames from the stand-in voice
 # server, through a bridge process; first over WebSocket, then over OTA +
