@@ -99,6 +99,10 @@ func (a *App) mqttStats() (metrics.MQTTStats, bool) {
 			"rate_limited": st.RateLimited + bs.RateLimited,
 			"queue_share":  bs.QueueFull,
 			"cut_off":      st.Muted,
+			// Dropped by the embedded broker itself: a client's outbound
+			// queue was full (the gateway's, when many boards publish at
+			// the same instant).
+			"broker_queue_full": bs.Dropped,
 		},
 	}, true
 }
