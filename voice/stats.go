@@ -45,3 +45,7 @@ func (r *Relay) Stats() Stats {
 		MCPRequests: s.mcpIn.Load(), MCPRefused: s.mcpRefused.Load(), Malformed: s.malformed.Load(),
 	}
 }
+
+// DroppedUp counts one audio frame a transport dropped before it reached
+// a conversation (none open, or its held messages full).
+func (r *Relay) DroppedUp() { r.stats.droppedUp.Add(1) }

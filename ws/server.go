@@ -184,7 +184,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rl := s.cfg.Relay; rl.Enabled(deviceID) {
 		pv, _ := strconv.Atoi(r.Header.Get("Protocol-Version"))
 		c.voice = newVoiceLink(rl, c, voice.Board{DeviceID: deviceID, ClientID: r.Header.Get("Client-Id"),
-			ProtocolVersion: pv, Transport: TransportName}, log)
+			ProtocolVersion: pv, Transport: TransportName})
 	}
 	if !s.track(c) {
 		s.release(true)

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.uber.org/zap"
-
 	"github.com/devicebridge/devicebridge/device"
 	"github.com/devicebridge/devicebridge/envelope"
 	"github.com/devicebridge/devicebridge/voice"
@@ -28,7 +26,6 @@ type voiceLink struct {
 	c     *conn
 	board voice.Board
 	hello atomic.Pointer[[]byte] // the board's hello, as it sent it
-	log   *zap.Logger
 
 	session  atomic.Pointer[device.Session]
 	attached chan struct{}
@@ -39,18 +36,17 @@ type voiceLink struct {
 	heldMu sync.Mutex
 	held   []heldMsg
 	// wg counts reopen attempts; close waits for them.
-	wg      sync.WaitGroup
-	closed  chan struct{}
-	ctx     context.Context // ends when the board's socket closes
-	cancel  context.CancelFunc
-	dropped atomic.Int64
+	wg     sync.WaitGroup
+	closed chan struct{}
+	ctx    context.Context // ends when the board's socket closes
+	cancel context.CancelFunc
 }
 
 var _ voice.BoardSide = (*voiceLink)(nil)
 
-func newVoiceLink(r *voice.Relay, c *conn, b voice.Board, log *zap.Logger) *voiceLink {
+func newVoiceLink(r *voice.Relay, c *conn, b voice.Board) *voiceLink {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &voiceLink{relay: r, c: c, board: b, log: log,
+	return &voiceLink{relay: r, c: c, board: b,
 		attached: make(chan struct{}), closed: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -116,7 +112,7 @@ func (v *voiceLink) audio(frame []byte) {
 		return
 	}
 	if !v.hold(true, frame) {
-		v.dropped.Add(1)
+		v.relay.DroppedUp()
 	}
 }
 
@@ -150,7 +146,7 @@ func (v *voiceLink) hold(binary bool, data []byte) bool {
 	if len(v.held) < maxHeld {
 		v.held = append(v.held, heldMsg{binary: binary, data: data})
 	} else {
-		v.dropped.Add(1)
+		v.relay.DroppedUp()
 	}
 	return true
 }
