@@ -152,13 +152,10 @@ func (l *link) handleHello(env envelope.Envelope) {
 		return
 	}
 	a := l.g.udp.open(randid.Hex16())
-	l.audioMu.Lock()
-	old := l.audio
-	l.audio = a
-	l.audioMu.Unlock()
-	l.g.udp.close(old)
-	endVoice(old)
-	l.sid.Store(&a.id)
+	old, ok := l.adopt(a)
+	if !ok {
+		return
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
 	defer cancel()

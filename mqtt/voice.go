@@ -228,7 +228,7 @@ func (l *link) voiceHello(env envelope.Envelope) {
 		}
 		a.voice.Store(va)
 		side.audio.Store(a)
-		if !l.adopt(a) {
+		if _, ok := l.adopt(a); !ok {
 			conv.Close(voice.ErrBoardLeft)
 			return
 		}
@@ -245,21 +245,22 @@ func (l *link) voiceHello(env envelope.Envelope) {
 }
 
 // adopt makes a the board's audio session, ending the one it replaces
-// (and its conversation); false when the link has closed.
-func (l *link) adopt(a *audioSession) bool {
+// (and its conversation), which it returns; false when the link has
+// closed.
+func (l *link) adopt(a *audioSession) (old *audioSession, ok bool) {
 	l.audioMu.Lock()
 	if l.Closed() {
 		l.audioMu.Unlock()
 		l.g.udp.close(a)
-		return false
+		return nil, false
 	}
-	old := l.audio
+	old = l.audio
 	l.audio = a
 	l.audioMu.Unlock()
 	l.g.udp.close(old)
 	endVoice(old)
 	l.sid.Store(&a.id)
-	return true
+	return old, true
 }
 
 // endVoice ends an audio session's conversation, if it has one.
@@ -278,7 +279,7 @@ func endVoice(a *audioSession) {
 // again.
 func (l *link) voiceFailed() {
 	a := l.g.udp.open(randid.Hex16())
-	if !l.adopt(a) {
+	if _, ok := l.adopt(a); !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.g.cfg.WriteTimeout)
