@@ -42,11 +42,14 @@ type Conversation struct {
 
 	sessionID string
 
-	out  chan frame           // board → upstream
-	mcp  chan json.RawMessage // upstream MCP requests → board
-	done chan struct{}
-	ctx  context.Context // ends with the conversation: bounds MCP waits
-	stop context.CancelFunc
+	out chan frame           // board → upstream
+	mcp chan json.RawMessage // upstream MCP requests → board
+	// notes admits the upstream's notifications being written to the
+	// board (notifyBoard).
+	notes chan struct{}
+	done  chan struct{}
+	ctx   context.Context // ends with the conversation: bounds MCP waits
+	stop  context.CancelFunc
 
 	mu     sync.Mutex
 	reason error
@@ -58,11 +61,12 @@ func newConversation(r *Relay, b Board, up string, side BoardSide) *Conversation
 	ctx, stop := context.WithCancel(context.Background())
 	return &Conversation{
 		r: r, board: b, up: up, side: side,
-		log:  r.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", b.Transport)),
-		out:  make(chan frame, r.cfg.QueueFrames),
-		mcp:  make(chan json.RawMessage, r.cfg.MCPQueue),
-		done: make(chan struct{}),
-		ctx:  ctx, stop: stop,
+		log:   r.log.With(zap.String("device_id", b.DeviceID), zap.String("transport", b.Transport)),
+		out:   make(chan frame, r.cfg.QueueFrames),
+		mcp:   make(chan json.RawMessage, r.cfg.MCPQueue),
+		notes: make(chan struct{}, r.cfg.MCPQueue),
+		done:  make(chan struct{}),
+		ctx:   ctx, stop: stop,
 	}
 }
 
@@ -269,6 +273,10 @@ func (c *Conversation) toBoard(binary bool, data []byte) bool {
 			c.r.stats.malformed.Add(1)
 			return true
 		}
+		if isNotification(env.Payload) {
+			c.notifyBoard(env.Payload)
+			return true
+		}
 		select {
 		case c.mcp <- env.Payload:
 		default:
@@ -335,6 +343,37 @@ func (c *Conversation) serveMCP() {
 			return
 		}
 	}
+}
+
+// notifyBoard serves one of the upstream's notifications beside its
+// requests, not behind them: a notifications/cancelled must reach the
+// request it names while that request runs. Each has a goroutine (in wg)
+// while it is written to the board; past MCPQueue of them at once it is
+// dropped, as notifications may be.
+func (c *Conversation) notifyBoard(p json.RawMessage) {
+	select {
+	case c.notes <- struct{}{}:
+	default:
+		c.r.stats.mcpRefused.Add(1)
+		return
+	}
+	// Added by the reader only, before it ends: ended waits for wg after.
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() { <-c.notes }()
+		c.r.stats.mcpIn.Add(1)
+		_ = c.side.ServeMCP(c.ctx, p) // a notification has no reply
+	}()
+}
+
+// isNotification: a JSON-RPC message with a method and no id.
+func isNotification(p json.RawMessage) bool {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method *string         `json:"method"`
+	}
+	return json.Unmarshal(p, &m) == nil && m.Method != nil && m.ID == nil
 }
 
 // reply queues an MCP reply for the upstream.

@@ -26,8 +26,9 @@
 // Each Conversation owns three goroutines, all started by Open and waited
 // for by Close: the reader (upstream → board), the writer (board →
 // upstream) and the MCP worker (the upstream's requests, one at a time, as
-// the board runs them). Relay.Close closes every open conversation and
-// waits for them.
+// the board runs them), plus one per upstream notification being written
+// to the board (at most voice.mcp_queue). Relay.Close closes every open
+// conversation and waits for them.
 //
 // # Locks
 //
